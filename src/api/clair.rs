@@ -1,0 +1,350 @@
+//! `Clair`: the batteries-included entry point. It owns the generated config Secret, the
+//! managed database when asked for, the routing object, the updater CronJob when asked for,
+//! and the three service resources.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides};
+
+/// A Clair deployment: indexer, matcher and notifier as separate services, with their
+/// database, routing and updaters.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "clair.projectquay.io",
+    version = "v1alpha1",
+    kind = "Clair",
+    namespaced,
+    doc = "A Clair deployment: indexer, matcher and notifier as separate services, with their database, routing and updaters.",
+    status = "ClairStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "clr",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
+        description = "Where the deployment stands; see docs/runbooks/<phase>.md"),
+    printcolumn(name = "Ready", type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Status of the Ready condition"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = 1,
+        description = "Clair image, when not the default"),
+    printcolumn(name = "Indexers", type_ = "integer", json_path = ".status.indexer.readyReplicas",
+        priority = 1, description = "Ready indexer pods"),
+    printcolumn(name = "Matchers", type_ = "integer", json_path = ".status.matcher.readyReplicas",
+        priority = 1, description = "Ready matcher pods"),
+    printcolumn(name = "Notifiers", type_ = "integer",
+        json_path = ".status.notifier.readyReplicas", priority = 1,
+        description = "Ready notifier pods")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.database.external) || (has(self.notifier) && has(self.notifier.enabled) && !self.notifier.enabled) || has(self.database.external.notifier)")
+    .message("database.external.notifier is required while the notifier is enabled: name its connection string, or set notifier.enabled to false")
+    .field_path(".database.external"))]
+pub struct ClairSpec {
+    /// The Clair image of every service, unless a service names its own. Default
+    /// `quay.io/projectquay/clair:4.9.0`. A change of Clair version runs the
+    /// `clairctl admin pre/post` upgrade steps around the roll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// User config layered over the generated config, in order, with Clair's drop-in rules:
+    /// `.yaml`/`.json` keys are JSON Merge Patches, `.yaml-patch`/`.json-patch` keys are JSON
+    /// Patches. Use them for notifier delivery, updater sets, tracing and the like.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub dropins: Vec<ConfigSource>,
+    /// The PostgreSQL databases of the three services: `managed` by the operator or
+    /// `external` (for example a cloud database).
+    pub database: DatabaseSpec,
+    /// The indexer service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indexer: Option<ServiceOverrides>,
+    /// The matcher service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<ServiceOverrides>,
+    /// The notifier service, which may be switched off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifier: Option<NotifierOverrides>,
+    /// How clients outside the cluster reach Clair's API. Unset: no routing object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingSpec>,
+    /// Who runs the vulnerability updaters. Unset: the matcher runs them (Clair's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updaters: Option<UpdatersSpec>,
+}
+
+/// Settings for one service of a `Clair`, copied into the service resource it owns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceOverrides {
+    /// The service's image, overriding `spec.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// Number of pods while `autoscaling` is unset. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+    /// Run a HorizontalPodAutoscaler instead of a fixed replica count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+    /// Settings of the pods: resources, scratch volume, scheduling and environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOverrides>,
+}
+
+/// The notifier's settings; `enabled: false` runs no notifier.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifierOverrides {
+    /// Run a notifier. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Settings shared with the other services.
+    #[serde(flatten)]
+    pub service: ServiceOverrides,
+}
+
+/// The databases. Exactly one of `managed` and `external` is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.managed) != has(self.external)")
+    .message("set exactly one of database.managed or database.external"))]
+pub struct DatabaseSpec {
+    /// A PostgreSQL run by the operator: one engine with a database and a role per service,
+    /// or one engine per service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed: Option<ManagedDatabase>,
+    /// Databases run elsewhere: a connection string per service, read from Secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalDatabase>,
+}
+
+/// A PostgreSQL the operator runs as a StatefulSet.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedDatabase {
+    /// The PostgreSQL image. Default `docker.io/library/postgres:17`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// Run one engine per service instead of one shared engine, for high volume.
+    #[serde(default)]
+    pub per_service: bool,
+    /// The engine's data volume (per engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<DatabaseStorage>,
+    /// CPU and memory of the engine's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// The engine's `max_connections`. Default 200. Pool sizes times maximum replicas of
+    /// every service are checked against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 10000))]
+    pub max_connections: Option<i32>,
+    /// Delete the data volumes when the `Clair` is deleted. Default false: data outlives the
+    /// resource.
+    #[serde(default)]
+    pub delete_claims: bool,
+}
+
+/// The data volume of a managed engine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseStorage {
+    /// Size of the PersistentVolumeClaim. Default 50Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Quantity>,
+    /// StorageClass of the claim; the cluster default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Connection strings of databases run elsewhere, each a key of a Secret in this namespace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalDatabase {
+    /// The indexer's connection string (`postgresql://...` or `key=value` form).
+    pub indexer: KeyReference,
+    /// The matcher's connection string.
+    pub matcher: KeyReference,
+    /// The notifier's connection string; required while the notifier is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifier: Option<KeyReference>,
+}
+
+/// Which kind of object routes outside traffic to the services.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RoutingKind {
+    /// The best the cluster serves: an OpenShift Route, else a Gateway API HTTPRoute when a
+    /// gateway is named, else an Ingress.
+    #[default]
+    Auto,
+    /// A networking.k8s.io/v1 Ingress.
+    Ingress,
+    /// An OpenShift route.openshift.io/v1 Route.
+    Route,
+    /// A Gateway API gateway.networking.k8s.io/v1 HTTPRoute.
+    #[serde(rename = "HTTPRoute")]
+    HttpRoute,
+    /// No routing object.
+    None,
+}
+
+/// Routing of Clair's API paths (`/indexer/`, `/matcher/`, `/notifier/`) to the services.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.kind) || self.kind != 'HTTPRoute' || has(self.gateway)")
+    .message("routing.gateway is required when routing.kind is HTTPRoute: name the Gateway to attach to")
+    .field_path(".gateway"))]
+pub struct RoutingSpec {
+    /// The object to create. Default `Auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<RoutingKind>,
+    /// Host name clients use, for example `clair.example.com`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub host: Option<String>,
+    /// A `kubernetes.io/tls` Secret with the certificate served for `host`. TLS is
+    /// terminated at the router; unset serves plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_name: Option<String>,
+    /// IngressClass of the Ingress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_class_name: Option<String>,
+    /// The Gateway an HTTPRoute attaches to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewayReference>,
+}
+
+/// A Gateway API parent reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayReference {
+    /// Name of the Gateway.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Gateway; this namespace when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The Gateway listener to attach to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// Who runs the updaters that fetch vulnerability data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum UpdaterMode {
+    /// The matcher runs them in its own pods (Clair's default).
+    #[default]
+    Matcher,
+    /// A CronJob runs them with `clairctl`, with its own resources and schedule; the
+    /// matcher gets `disable_updaters: true`.
+    CronJob,
+}
+
+/// The updaters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.mode) || self.mode != 'CronJob' || has(self.schedule)")
+    .message("updaters.schedule is required when updaters.mode is CronJob, for example \"0 */6 * * *\"")
+    .field_path(".schedule"))]
+pub struct UpdatersSpec {
+    /// Who runs the updaters. Default `Matcher`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<UpdaterMode>,
+    /// Cron schedule of the CronJob, for example `0 */6 * * *`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub schedule: Option<String>,
+    /// CPU and memory of the CronJob's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// For air-gapped clusters: import vulnerability data exported elsewhere
+    /// (`clairctl export-updaters`) instead of fetching it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import: Option<UpdaterImport>,
+}
+
+/// An export of updater data to import. Exactly one of `url` and `persistentVolumeClaim`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.url) != has(self.persistentVolumeClaim)")
+    .message("set exactly one of url or persistentVolumeClaim"))]
+pub struct UpdaterImport {
+    /// An HTTP(S) URL serving the export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A file on a PersistentVolumeClaim in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<ClaimFile>,
+}
+
+/// A file on a PersistentVolumeClaim.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimFile {
+    /// Name of the claim.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+    /// Path of the export within the claim, for example `updates.json.zst`.
+    #[schemars(length(min = 1))]
+    pub path: String,
+}
+
+/// Status of a `Clair`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClairStatus {
+    /// Where the deployment stands; see `docs/runbooks/<phase>.md`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// `Ready`, `ConfigValid`, `DatabaseReady`, `Progressing`, `Scaling`, `Degraded`, and
+    /// one per service (`IndexerReady`, `MatcherReady`, `NotifierReady`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Name of the generated config Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_secret: Option<String>,
+    /// The Clair version the services run (from the image tag), for upgrade steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The indexer resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indexer: Option<ChildStatus>,
+    /// The matcher resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<ChildStatus>,
+    /// The notifier resource, when enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifier: Option<ChildStatus>,
+    /// URL clients outside the cluster use, when routing is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// A service resource owned by a `Clair`, as last observed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildStatus {
+    /// Name of the resource.
+    pub name: String,
+    /// Its phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Its ready pods.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Its in-cluster URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}

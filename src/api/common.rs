@@ -1,0 +1,237 @@
+//! Types shared by the four custom resources: config references, autoscaling, pod overrides,
+//! phases and status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscalerBehavior, MetricSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A key of a ConfigMap or of a Secret in the resource's own namespace. Exactly one of
+/// `configMap` and `secret` is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.configMap) != has(self.secret)")
+    .message("set exactly one of configMap or secret"))]
+pub struct ConfigSource {
+    /// A key of a ConfigMap in the same namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<KeyReference>,
+    /// A key of a Secret in the same namespace. Use a Secret when the config holds
+    /// connection strings or keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<KeyReference>,
+}
+
+/// A named object's key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct KeyReference {
+    /// Name of the ConfigMap or Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within its `data`.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+impl ConfigSource {
+    /// The referenced key, whichever kind of object holds it.
+    pub fn key(&self) -> Option<&KeyReference> {
+        self.config_map.as_ref().or(self.secret.as_ref())
+    }
+}
+
+/// Where a service's Clair config comes from: a root file plus drop-ins, merged as Clair
+/// merges `config.yaml` with the files in `config.yaml.d/`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.root.configMap) ? self.root.configMap.key.matches('[.](yaml|json)$') : !has(self.root.secret) || self.root.secret.key.matches('[.](yaml|json)$')")
+    .message("the root config key must end in .yaml or .json, as Clair requires")
+    .field_path(".root"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.dropins) || self.dropins.all(d, has(d.configMap) ? d.configMap.key.matches('[.](yaml|json)(-patch)?$') : !has(d.secret) || d.secret.key.matches('[.](yaml|json)(-patch)?$'))")
+    .message("a drop-in key must end in .yaml or .json (a JSON Merge Patch) or .yaml-patch or .json-patch (a JSON Patch)")
+    .field_path(".dropins"))]
+pub struct ConfigSpec {
+    /// The root config: a key ending in `.yaml` or `.json`. The operator reads it only to
+    /// validate and hash it; it is not copied.
+    pub root: ConfigSource,
+    /// Drop-ins applied over the root, in order: `.yaml`/`.json` keys are JSON Merge Patches,
+    /// `.yaml-patch`/`.json-patch` keys are JSON Patches (RFC 6902).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub dropins: Vec<ConfigSource>,
+}
+
+/// A HorizontalPodAutoscaler for the service. Without it, `replicas` governs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.minReplicas) || self.minReplicas <= self.maxReplicas")
+    .message("minReplicas must not exceed maxReplicas")
+    .field_path(".minReplicas"))]
+pub struct Autoscaling {
+    /// Fewest replicas the autoscaler keeps. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_replicas: Option<i32>,
+    /// Most replicas the autoscaler may run. Bound it by what the database's
+    /// `max_connections` can serve: each replica opens its own pool.
+    #[schemars(range(min = 1))]
+    pub max_replicas: i32,
+    /// Target average CPU use, as a percentage of the CPU request.
+    #[serde(
+        default,
+        rename = "targetCPUUtilizationPercentage",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1, max = 1000))]
+    pub target_cpu_utilization_percentage: Option<i32>,
+    /// Target average memory use, as a percentage of the memory request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub target_memory_utilization_percentage: Option<i32>,
+    /// Further autoscaling/v2 metrics (for example a Clair request-rate metric through an
+    /// adapter), added to the CPU and memory targets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricSpec>,
+    /// Scale-up and scale-down behaviour (stabilization windows, policies), as in
+    /// autoscaling/v2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behavior: Option<HorizontalPodAutoscalerBehavior>,
+}
+
+/// The scratch volume mounted at `/var/tmp`, where the indexer unpacks layers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScratchVolume {
+    /// Size of the volume. Default 10Gi; indexers of large images need more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Quantity>,
+    /// StorageClass for a generic ephemeral volume. Without one, an `emptyDir` limited to
+    /// `size` is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Settings of the service's pods, passed through to the Deployment's pod template.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    /// CPU and memory requests and limits of the Clair container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// The scratch volume at `/var/tmp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<ScratchVolume>,
+    /// Node labels the pods must be scheduled on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Node and pod affinity rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// How pods spread across zones and nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Extra environment variables of the Clair container (for example `GOMAXPROCS` or
+    /// proxy settings). `CLAIR_MODE` and `CLAIR_CONF` are set by the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+}
+
+/// Where a resource stands, for people and runbooks (`docs/runbooks/<Phase>.md`). The
+/// conditions are the contract; the phase is their summary.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    JsonSchema,
+)]
+pub enum Phase {
+    /// Observed, nothing checked yet.
+    #[default]
+    Pending,
+    /// The config is present and valid.
+    ConfigValid,
+    /// The database answers with the service's credentials.
+    DatabaseReady,
+    /// A rollout is in progress.
+    Deploying,
+    /// Every wanted replica is ready: the healthy steady state.
+    Available,
+    /// The replica count is moving (spec or autoscaler).
+    Scaling,
+    /// Something that was working is not: see the `Degraded` condition.
+    Degraded,
+}
+
+impl Phase {
+    /// Every phase, in the order of a healthy start.
+    pub const ALL: [Phase; 7] = [
+        Phase::Pending,
+        Phase::ConfigValid,
+        Phase::DatabaseReady,
+        Phase::Deploying,
+        Phase::Available,
+        Phase::Scaling,
+        Phase::Degraded,
+    ];
+
+    /// The name on the wire and in runbook file names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::ConfigValid => "ConfigValid",
+            Phase::DatabaseReady => "DatabaseReady",
+            Phase::Deploying => "Deploying",
+            Phase::Available => "Available",
+            Phase::Scaling => "Scaling",
+            Phase::Degraded => "Degraded",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Status of an `Indexer`, `Matcher` or `Notifier`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceStatus {
+    /// Where the service stands; see `docs/runbooks/<phase>.md`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// `Ready`, `ConfigValid`, `DatabaseReady`, `Progressing`, `Scaling` and `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Pods of the service's Deployment (read by the scale subresource).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Pods passing their readiness probe.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// The pods' label selector, serialized (read by the scale subresource and autoscalers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Hash of the merged config the running pods were given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// In-cluster URL of the service's API, for example
+    /// `http://NAME.NAMESPACE.svc:6060`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}

@@ -1,0 +1,34 @@
+//! The custom resources of group `clair.projectquay.io`, version `v1alpha1`: `Clair` (the
+//! batteries-included entry point) and the three Clair services it owns, `Indexer`, `Matcher`
+//! and `Notifier`. Types only: behaviour lives in the machine, render and controller modules.
+
+pub mod clair;
+pub mod common;
+pub mod service;
+
+pub use clair::{Clair, ClairSpec, ClairStatus};
+pub use common::{ConfigSource, ConfigSpec, KeyReference, Phase, ServiceStatus};
+pub use service::{Indexer, Matcher, Notifier, ServiceSpec};
+
+/// The API group of every custom resource here.
+pub const GROUP: &str = "clair.projectquay.io";
+/// The only served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// The Clair image run when a resource names none: the release these configs are checked
+/// against (see `../shared/notes/clair-config.md`).
+pub const DEFAULT_IMAGE: &str = "quay.io/projectquay/clair:4.9.0";
+
+/// Labels and annotations from the design discussion (the seed), on ConfigMaps and Secrets.
+pub mod keys {
+    /// Label: the validating webhook checks the config under the [`CONFIG`] key.
+    pub const VALIDATE_CONFIG: &str = "projectquay.io/clair/validate-config";
+    /// Annotation: which key of the object holds a Clair config.
+    pub const CONFIG: &str = "projectquay.io/clair/config";
+    /// Label: the templating webhook resolves `secret://` and `configmap://` references.
+    pub const TEMPLATE_CONFIG: &str = "projectquay.io/clair/template-config";
+    /// Annotation: the key read by the templating webhook.
+    pub const TEMPLATE_INPUT: &str = "projectquay.io/clair/template-input";
+    /// Annotation: the key written by the templating webhook.
+    pub const TEMPLATE_OUTPUT: &str = "projectquay.io/clair/template-output";
+}

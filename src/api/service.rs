@@ -1,0 +1,120 @@
+//! `Indexer`, `Matcher` and `Notifier`: one Clair service each, with the same spec. Each owns
+//! its Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget and ServiceMonitor.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Autoscaling, ConfigSpec, PodOverrides, ServiceStatus};
+
+/// What the three service kinds share.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// The Clair container image. Default `quay.io/projectquay/clair:4.9.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// The Clair config: a root key and ordered drop-ins, read from ConfigMaps or Secrets in
+    /// this namespace. A change rolls the pods; an invalid config is never rolled out.
+    pub config: ConfigSpec,
+    /// Number of pods while `autoscaling` is unset (`kubectl scale` writes it).
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// Run a HorizontalPodAutoscaler instead of a fixed replica count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+    /// Settings of the pods: resources, scratch volume, scheduling and environment.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub pod: PodOverrides,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// Access to the shared spec, so one controller serves the three kinds.
+pub trait ClairService {
+    /// The `CLAIR_MODE` this kind runs in.
+    const MODE: &'static str;
+    /// The shared part of the spec.
+    fn service_spec(&self) -> &ServiceSpec;
+}
+
+/// Declares one service kind: the spec wraps [`ServiceSpec`], so the schema and the Rust
+/// type are the same for all three, while each kind keeps its own name and short name.
+macro_rules! service_kind {
+    ($spec:ident, $kind:tt, $root:ident, $short:tt, $mode:tt, $doc:tt) => {
+        #[doc = $doc]
+        #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[kube(
+            group = "clair.projectquay.io",
+            version = "v1alpha1",
+            kind = $kind,
+            namespaced,
+            doc = $doc,
+            status = "ServiceStatus",
+            derive = "PartialEq",
+            derive = "Default",
+            shortname = $short,
+            scale(
+                spec_replicas_path = ".spec.replicas",
+                status_replicas_path = ".status.replicas",
+                label_selector_path = ".status.selector"
+            ),
+            printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
+                description = "Where the service stands; see docs/runbooks/<phase>.md"),
+            printcolumn(name = "Ready", type_ = "string",
+                json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+                description = "Status of the Ready condition"),
+            printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas",
+                description = "Pods of the service"),
+            printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+            printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = 1,
+                description = "Clair image, when not the default"),
+            printcolumn(name = "URL", type_ = "string", json_path = ".status.url", priority = 1,
+                description = "In-cluster URL of the service")
+        )]
+        pub struct $spec {
+            #[serde(flatten)]
+            pub service: ServiceSpec,
+        }
+
+        impl ClairService for $root {
+            const MODE: &'static str = $mode;
+            fn service_spec(&self) -> &ServiceSpec {
+                &self.spec.service
+            }
+        }
+    };
+}
+
+service_kind!(
+    IndexerSpec,
+    "Indexer",
+    Indexer,
+    "cidx",
+    "indexer",
+    "A Clair indexer: fetches image layers and records what they contain."
+);
+service_kind!(
+    MatcherSpec,
+    "Matcher",
+    Matcher,
+    "cmat",
+    "matcher",
+    "A Clair matcher: matches index reports against vulnerability data and runs updaters."
+);
+service_kind!(
+    NotifierSpec,
+    "Notifier",
+    Notifier,
+    "cnot",
+    "notifier",
+    "A Clair notifier: tells subscribers when new vulnerabilities affect indexed manifests."
+);

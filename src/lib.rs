@@ -1,0 +1,5 @@
+//! clair-operator: runs Clair's indexer, matcher and notifier as separate, independently
+//! scaled services on Kubernetes, each custom resource driven by a typed state machine.
+
+pub mod api;
+pub mod crdgen;
