@@ -84,3 +84,40 @@ pub fn check(dir: &Path) -> Result<(), Error> {
         Err(Error::Stale { stale })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")
+    }
+
+    #[test]
+    fn committed_crds_match_the_code() {
+        if let Err(e) = check(&committed()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn yaml_reads_back_as_the_same_crd() {
+        for (crd, file) in all().into_iter().zip(files().expect("files")) {
+            let read: CustomResourceDefinition =
+                serde_saphyr::from_str(&file.yaml).expect("generated YAML parses");
+            assert_eq!(read, crd, "{} does not round-trip", file.file_name);
+        }
+    }
+
+    #[test]
+    fn check_names_a_stale_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(dir.path()).expect("write");
+        let victim = dir.path().join("matchers.clair.projectquay.io.yaml");
+        std::fs::write(&victim, "stale").expect("overwrite");
+        let error = check(dir.path()).expect_err("a stale file must fail the check");
+        let message = error.to_string();
+        assert!(message.contains("matchers.clair.projectquay.io.yaml"), "{message}");
+        assert!(!message.contains("indexers"), "{message}");
+    }
+}

@@ -1,1 +1,77 @@
+//! Integration tests against a real control plane: one test binary (to keep link time down)
+//! with a module per area. `main` starts the control plane once, runs every test in its own
+//! namespace, and stops the control plane whether the tests passed or not.
 
+mod crds;
+mod support;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use support::TestEnv;
+
+fn main() -> ExitCode {
+    let args = Arguments::from_args();
+    let tests = registry();
+    if args.list {
+        let trials = tests.iter().map(|(name, _)| Trial::test(*name, || Ok(()))).collect();
+        return libtest_mimic::run(&args, trials).exit_code();
+    }
+    // Started from the main thread, which outlives every test: the processes' death signal
+    // is tied to the thread that started them.
+    let env = match TestEnv::start() {
+        Ok(env) => Arc::new(env),
+        Err(e) => {
+            eprintln!("error: the test control plane did not start: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let trials = tests
+        .into_iter()
+        .map(|(name, test)| {
+            let env = Arc::clone(&env);
+            Trial::test(name, move || run(&env, test))
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    drop(env);
+    conclusion.exit_code()
+}
+
+type TestFuture<'a> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
+type TestFn = for<'a> fn(&'a TestEnv) -> TestFuture<'a>;
+
+/// Runs one async test on its own runtime (clients are tied to the runtime that made them).
+fn run(env: &TestEnv, test: TestFn) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failed::from(format!("cannot start a runtime: {e}")))?;
+    runtime
+        .block_on(test(env))
+        .map_err(|e| Failed::from(format!("{e:#}")))
+}
+
+/// Every test, by module path.
+macro_rules! tests {
+    ($($module:ident :: $test:ident),* $(,)?) => {
+        vec![$((
+            concat!(stringify!($module), "::", stringify!($test)),
+            (|env| Box::pin($module::$test(env))) as TestFn,
+        )),*]
+    };
+}
+
+fn registry() -> Vec<(&'static str, TestFn)> {
+    tests![
+        crds::crds_are_established,
+        crds::deployments_become_available_on_kwok_nodes,
+        crds::valid_resources_are_accepted,
+        crds::invalid_resources_are_rejected_with_the_field_named,
+        crds::kubectl_explain_shows_descriptions,
+        crds::kubectl_scale_changes_spec_replicas,
+        crds::printer_columns_show_phase_and_readiness,
+    ]
+}

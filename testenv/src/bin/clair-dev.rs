@@ -1,0 +1,103 @@
+//! `clair-dev up`: the operator's main job on a local cluster. Starts the control plane
+//! (building it on first use), installs the CRDs from `crds/`, applies `examples/` into the
+//! `clair-demo` namespace, shows them, and keeps the cluster up until Ctrl-C.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use clair_testenv::{ControlPlane, Options};
+
+const NAMESPACE: &str = "clair-demo";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let once = args.iter().any(|a| a == "--once");
+    match args.first().map(String::as_str) {
+        Some("up") => match up(once) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("clair-dev: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        _ => {
+            eprintln!(
+                "usage: clair-dev up [--once]\n\n\
+                 Starts a local control plane with kwok nodes, installs the CRDs, applies\n\
+                 examples/ into namespace {NAMESPACE} and keeps running until Ctrl-C\n\
+                 (--once: stop after showing the resources)."
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn up(once: bool) -> Result<(), String> {
+    let root = clair_testenv::repo_root();
+    eprintln!("clair-dev: starting the control plane (the first run builds it: minutes)...");
+    let plane = ControlPlane::start(Options {
+        nodes: 3,
+        ..Options::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let local = root.join(".local");
+    std::fs::create_dir_all(&local).map_err(|e| e.to_string())?;
+    let kubeconfig = local.join("kubeconfig");
+    std::fs::copy(plane.admin_kubeconfig(), &kubeconfig).map_err(|e| e.to_string())?;
+
+    let kubectl = |args: &[&str]| run(plane.kubectl().args(args));
+    kubectl(&["apply", "--server-side", "-f", &path(&root.join("crds"))])?;
+    kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"])?;
+    kubectl(&["create", "namespace", NAMESPACE])?;
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        &path(&root.join("examples")),
+    ])?;
+    kubectl(&["get", "nodes"])?;
+    kubectl(&[
+        "get",
+        "clairs,indexers,matchers,notifiers",
+        "--namespace",
+        NAMESPACE,
+        "-o",
+        "wide",
+    ])?;
+
+    let kubectl_path = plane.binaries().path("kubectl");
+    println!(
+        "\nThe cluster is up at {}. In another shell:\n  export KUBECONFIG={}\n  {} get clairs,indexers,matchers,notifiers -n {NAMESPACE}\n",
+        plane.server(),
+        kubeconfig.display(),
+        kubectl_path.display()
+    );
+    if once {
+        return Ok(());
+    }
+    println!("Press Ctrl-C to stop it.");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime
+        .block_on(tokio::signal::ctrl_c())
+        .map_err(|e| e.to_string())?;
+    eprintln!("clair-dev: stopping");
+    Ok(())
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let status = command.status().map_err(|e| e.to_string())?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed with {status}"))
+    }
+}

@@ -1,0 +1,53 @@
+//! The pinned binaries, built on first use by `tools/controlplane/build.sh` and cached.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::{Error, Result};
+
+/// The folder holding etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+/// and kwok at the versions `tools/controlplane/versions.env` names.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    dir: PathBuf,
+}
+
+impl Binaries {
+    /// Builds whatever is missing from the cache (minutes when cold, instant when warm).
+    /// Build output goes to standard error as it happens.
+    pub fn ensure() -> Result<Self> {
+        let script = repo_root().join("tools/controlplane/build.sh");
+        let output = Command::new("bash")
+            .arg(&script)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
+        if !output.status.success() {
+            return Err(Error::Build(format!(
+                "{} exited with {}",
+                script.display(),
+                output.status
+            )));
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let dir = stdout
+            .lines()
+            .last()
+            .map(PathBuf::from)
+            .ok_or_else(|| Error::Build(format!("{} printed no folder", script.display())))?;
+        Ok(Self { dir })
+    }
+
+    /// The path of one binary, by name (`kube-apiserver`, `kubectl`, ...).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// The repository root: this crate lives in `testenv/` beneath it.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+}

@@ -1,0 +1,450 @@
+//! Starting and stopping the control plane, and handing out clients and kubeconfigs.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::json;
+
+use crate::binaries::Binaries;
+use crate::pki;
+use crate::process::Process;
+use crate::{Error, Result, io_error};
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// kwok fake nodes to create.
+    pub nodes: usize,
+    /// Users besides the admin, authenticated by token and given no permissions: tests
+    /// grant them what they need with RBAC.
+    pub users: Vec<String>,
+    /// Keep the folder (logs, kubeconfigs, etcd data) after stopping.
+    pub keep_dir: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            nodes: 2,
+            users: vec!["alice".to_string(), "bob".to_string()],
+            keep_dir: std::env::var_os("CLAIR_TESTENV_KEEP").is_some(),
+        }
+    }
+}
+
+/// A running control plane. Dropping it stops every process.
+pub struct ControlPlane {
+    binaries: Binaries,
+    dir: PathBuf,
+    keep_dir: bool,
+    server: String,
+    ca_cert: String,
+    tokens: Vec<(String, String)>,
+    // Stopped in reverse start order: kwok first, etcd last.
+    processes: Vec<Process>,
+}
+
+const ADMIN: &str = "admin";
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl ControlPlane {
+    /// Builds what is missing, then starts etcd, kube-apiserver, kube-controller-manager,
+    /// kube-scheduler and kwok, creates the fake nodes and waits until they are Ready.
+    ///
+    /// Call it from a thread that outlives the control plane (see [`Process::spawn`]).
+    pub fn start(options: Options) -> Result<Self> {
+        let binaries = Binaries::ensure()?;
+        let dir = tempfile::Builder::new()
+            .prefix("clair-testenv-")
+            .tempdir()
+            .map_err(io_error("create the control plane's folder"))?
+            .keep();
+        let mut plane = Self::prepare(binaries, dir, &options)?;
+        plane.keep_dir = options.keep_dir;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io_error("start a runtime"))?;
+        runtime.block_on(plane.launch(options.nodes))?;
+        Ok(plane)
+    }
+
+    fn prepare(binaries: Binaries, dir: PathBuf, options: &Options) -> Result<Self> {
+        let pki = pki::generate()?;
+        for (name, text) in [
+            ("ca.crt", &pki.ca_cert),
+            ("ca.key", &pki.ca_key),
+            ("apiserver.crt", &pki.serving_cert),
+            ("apiserver.key", &pki.serving_key),
+            ("sa.key", &pki.service_account_key),
+        ] {
+            write(&dir.join(name), text)?;
+        }
+        let mut tokens = vec![(ADMIN.to_string(), random_token()?)];
+        for user in &options.users {
+            tokens.push((user.clone(), random_token()?));
+        }
+        let csv: String = tokens
+            .iter()
+            .map(|(user, token)| {
+                let groups = if user == ADMIN { "system:masters" } else { "" };
+                format!("{token},{user},{user},\"{groups}\"\n")
+            })
+            .collect();
+        write(&dir.join("tokens.csv"), &csv)?;
+        std::fs::create_dir_all(dir.join("logs")).map_err(io_error("create logs folder"))?;
+        Ok(Self {
+            binaries,
+            dir,
+            keep_dir: false,
+            server: String::new(),
+            ca_cert: pki.ca_cert,
+            tokens,
+            processes: Vec::new(),
+        })
+    }
+
+    async fn launch(&mut self, nodes: usize) -> Result<()> {
+        let dir = self.dir.clone();
+        let path = |name: &str| dir.join(name).display().to_string();
+        let [etcd_port, etcd_peer, api_port, kcm_port, sched_port, kwok_port] = free_ports()?;
+        self.server = format!("https://127.0.0.1:{api_port}");
+        for user in self.tokens.iter().map(|(u, _)| u.clone()).collect::<Vec<_>>() {
+            write(&self.kubeconfig_path(&user), &self.kubeconfig_text(&user))?;
+        }
+        let admin = self.kubeconfig_path(ADMIN).display().to_string();
+
+        self.spawn(
+            "etcd",
+            vec![
+                format!("--data-dir={}", path("etcd")),
+                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
+                "--unsafe-no-fsync".into(),
+                "--quota-backend-bytes=4294967296".into(),
+            ],
+        )?;
+        self.wait_for("etcd to listen", || {
+            Ok(TcpStream::connect(("127.0.0.1", etcd_port)).is_ok())
+        })
+        .await?;
+
+        self.spawn(
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", path("apiserver-certs")),
+                format!("--tls-cert-file={}", path("apiserver.crt")),
+                format!("--tls-private-key-file={}", path("apiserver.key")),
+                format!("--client-ca-file={}", path("ca.crt")),
+                format!("--token-auth-file={}", path("tokens.csv")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", path("sa.key")),
+                format!("--service-account-signing-key-file={}", path("sa.key")),
+                "--authorization-mode=RBAC".into(),
+                "--allow-privileged=true".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--profiling=false".into(),
+            ],
+        )?;
+        let client = self.client().await?;
+        self.wait_for_async("kube-apiserver /readyz", || {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+                Ok(client.request_text(request).await.is_ok())
+            }
+        })
+        .await?;
+
+        self.spawn(
+            "kube-controller-manager",
+            vec![
+                format!("--kubeconfig={admin}"),
+                format!("--authentication-kubeconfig={admin}"),
+                format!("--authorization-kubeconfig={admin}"),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                format!("--cert-dir={}", path("kcm-certs")),
+                format!("--service-account-private-key-file={}", path("sa.key")),
+                format!("--root-ca-file={}", path("ca.crt")),
+                "--use-service-account-credentials=false".into(),
+                // Fast enough for tests that make a node NotReady.
+                "--node-monitor-grace-period=20s".into(),
+            ],
+        )?;
+        self.spawn(
+            "kube-scheduler",
+            vec![
+                format!("--kubeconfig={admin}"),
+                format!("--authentication-kubeconfig={admin}"),
+                format!("--authorization-kubeconfig={admin}"),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={sched_port}"),
+                format!("--cert-dir={}", path("scheduler-certs")),
+            ],
+        )?;
+        self.spawn(
+            "kwok",
+            vec![
+                format!("--kubeconfig={admin}"),
+                "--manage-all-nodes=true".into(),
+                "--cidr=10.0.1.0/24".into(),
+                "--node-ip=127.0.0.1".into(),
+                format!("--server-address=127.0.0.1:{kwok_port}"),
+            ],
+        )?;
+
+        let node_api: Api<Node> = Api::all(client.clone());
+        for i in 0..nodes {
+            let node: Node = serde_json::from_value(fake_node(&format!("kwok-node-{i}")))
+                .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+            node_api.create(&PostParams::default(), &node).await?;
+        }
+        self.wait_for_async("the kwok nodes to become Ready", || {
+            let node_api = node_api.clone();
+            async move {
+                let list = node_api.list(&Default::default()).await?;
+                Ok(list.items.len() == nodes && list.items.iter().all(node_ready))
+            }
+        })
+        .await?;
+        // The default ServiceAccount appears once the controller manager works.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
+        self.wait_for_async("kube-controller-manager to create ServiceAccounts", || {
+            let accounts = accounts.clone();
+            async move { Ok(accounts.get_opt("default").await?.is_some()) }
+        })
+        .await?;
+        Ok(())
+    }
+
+    fn spawn(&mut self, name: &str, args: Vec<String>) -> Result<()> {
+        let process = Process::spawn(name, &self.binaries.path(name), &args, &self.dir.join("logs"))?;
+        self.processes.push(process);
+        Ok(())
+    }
+
+    fn check_processes(&mut self) -> Result<()> {
+        self.processes.iter_mut().try_for_each(Process::check_running)
+    }
+
+    async fn wait_for(&mut self, what: &str, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.check_processes()?;
+            if ready()? {
+                return Ok(());
+            }
+            self.timed_out(what, start)?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_for_async<F, Fut>(&mut self, what: &str, mut ready: F) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<bool>>,
+    {
+        let start = Instant::now();
+        loop {
+            self.check_processes()?;
+            // Errors while components come up (connection refused, 403 before RBAC is
+            // bootstrapped) mean "not yet"; the timeout reports the last one.
+            match ready().await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) if start.elapsed() >= START_TIMEOUT => {
+                    return Err(Error::Timeout {
+                        what: what.to_string(),
+                        seconds: START_TIMEOUT.as_secs(),
+                        detail: format!(" (last error: {e})"),
+                    });
+                }
+                Err(_) => {}
+            }
+            self.timed_out(what, start)?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn timed_out(&self, what: &str, start: Instant) -> Result<()> {
+        if start.elapsed() < START_TIMEOUT {
+            return Ok(());
+        }
+        let logs: Vec<String> = self
+            .processes
+            .iter()
+            .map(|p| format!("--- {} ---\n{}", p.name(), p.tail(15)))
+            .collect();
+        Err(Error::Timeout {
+            what: what.to_string(),
+            seconds: START_TIMEOUT.as_secs(),
+            detail: format!("; last log lines:\n{}", logs.join("\n")),
+        })
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The control plane's folder: logs in `logs/`, kubeconfigs, certificates.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The pinned binaries, for `kubectl` among others.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// The CA that signed the apiserver's certificate, as PEM.
+    pub fn ca_cert(&self) -> &str {
+        &self.ca_cert
+    }
+
+    /// The kubeconfig file of `user` (`admin`, or one of [`Options::users`]).
+    pub fn kubeconfig_path(&self, user: &str) -> PathBuf {
+        self.dir.join(format!("{user}.kubeconfig"))
+    }
+
+    /// The admin's kubeconfig (group `system:masters`).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.kubeconfig_path(ADMIN)
+    }
+
+    fn kubeconfig_text(&self, user: &str) -> String {
+        let token = self
+            .tokens
+            .iter()
+            .find(|(u, _)| u == user)
+            .map(|(_, t)| t.as_str())
+            .unwrap_or_default();
+        let ca = BASE64.encode(self.ca_cert.as_bytes());
+        json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "testenv", "cluster": {"server": self.server, "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "testenv", "context": {"cluster": "testenv", "user": user}}],
+            "current-context": "testenv",
+        })
+        .to_string()
+    }
+
+    /// A client acting as `user`.
+    pub async fn client_as(&self, user: &str) -> Result<Client> {
+        let text = self.kubeconfig_text(user);
+        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> Result<Client> {
+        self.client_as(ADMIN).await
+    }
+
+    /// `kubectl` at the pinned version, as the admin.
+    pub fn kubectl(&self) -> Command {
+        let mut command = Command::new(self.binaries.path("kubectl"));
+        command.env("KUBECONFIG", self.admin_kubeconfig());
+        command
+    }
+
+    /// Stops every process (kwok first, etcd last) and removes the folder unless asked to
+    /// keep it.
+    pub fn stop(&mut self) {
+        while let Some(mut process) = self.processes.pop() {
+            process.stop();
+        }
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
+}
+
+/// Free loopback ports, all bound at once so they differ, then released for the components.
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(io_error("find a free port"))?;
+    let mut ports = [0u16; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener
+            .local_addr()
+            .map_err(io_error("find a free port"))?
+            .port();
+    }
+    Ok(ports)
+}
+
+fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| io_error("generate a token")(std::io::Error::other(e.to_string())))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn fake_node(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "topology.kubernetes.io/zone": "zone-a",
+            },
+        },
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+        },
+    })
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

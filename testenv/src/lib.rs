@@ -1,0 +1,55 @@
+//! A real Kubernetes control plane on loopback for clair-operator's tests and local runs:
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake nodes whose
+//! pods become Running and Ready without a container runtime), built at pinned versions by
+//! `tools/controlplane/build.sh` and started in a temporary folder on free ports.
+
+mod binaries;
+pub use binaries::repo_root;
+mod controlplane;
+mod pki;
+mod process;
+
+pub use binaries::Binaries;
+pub use controlplane::{ControlPlane, Options};
+
+/// Why the control plane could not be had. Each message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "cannot build the control-plane binaries: {0}\n\
+         They are built by tools/controlplane/build.sh from the Go module proxy with Go >= 1.24; \
+         run it by hand to see the full output."
+    )]
+    Build(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("cannot generate certificates: {0}")]
+    Pki(#[from] rcgen::Error),
+    #[error("{name} exited early ({status}); last lines of {log}:\n{tail}")]
+    Exited {
+        name: String,
+        status: String,
+        log: String,
+        tail: String,
+    },
+    #[error("timed out after {seconds}s waiting for {what}{detail}")]
+    Timeout {
+        what: String,
+        seconds: u64,
+        detail: String,
+    },
+    #[error("Kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}

@@ -1,0 +1,52 @@
+//! Certificates for the control plane: a CA, the apiserver's serving certificate for
+//! loopback, and the service-account signing key.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+/// PEM texts written into the control plane's folder.
+pub(crate) struct Pki {
+    pub ca_cert: String,
+    pub ca_key: String,
+    pub serving_cert: String,
+    pub serving_key: String,
+    pub service_account_key: String,
+}
+
+pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "clair-testenv CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca_cert_pem = ca_cert.pem();
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let serving_key = KeyPair::generate()?;
+    let mut serving_params = CertificateParams::new(vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "kubernetes.default.svc".to_string(),
+    ])?;
+    serving_params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    let serving_cert = serving_params.signed_by(&serving_key, &issuer)?;
+
+    Ok(Pki {
+        ca_cert: ca_cert_pem,
+        ca_key: ca_key_pem,
+        serving_cert: serving_cert.pem(),
+        serving_key: serving_key.serialize_pem(),
+        service_account_key: KeyPair::generate()?.serialize_pem(),
+    })
+}

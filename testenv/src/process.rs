@@ -1,0 +1,107 @@
+//! One control-plane process: output to a log file, stopped on drop, and killed by the kernel
+//! if the process that started it dies (so no etcd or apiserver outlives a crashed test run).
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{Error, Result, io_error};
+
+pub(crate) struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `program` with `args`, its output appended to `log_dir/NAME.log`.
+    ///
+    /// The child gets `PR_SET_PDEATHSIG`: the kernel sends it SIGKILL when the thread that
+    /// started it exits. Start processes from a thread that lives as long as the control
+    /// plane (the test binary's or the CLI's main thread).
+    pub fn spawn(name: &str, program: &Path, args: &[String], log_dir: &Path) -> Result<Self> {
+        let log = log_dir.join(format!("{name}.log"));
+        let out = File::create(&log).map_err(io_error(format!("create {}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(io_error(format!("open {}", log.display())))?;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(io_error(format!("start {}", program.display())))?;
+        Ok(Self {
+            name: name.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// Fails with the end of the log when the process has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(Error::Exited {
+                name: self.name.clone(),
+                status: status.to_string(),
+                log: self.log.display().to_string(),
+                tail: self.tail(40),
+            }),
+            Err(e) => Err(io_error(format!("wait for {}", self.name))(e)),
+        }
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// SIGTERM, a few seconds' grace, then SIGKILL; always reaps the child.
+    pub fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: sending a signal to our own child's pid.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

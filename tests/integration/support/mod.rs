@@ -1,0 +1,127 @@
+//! What every integration test shares: the control plane with the CRDs installed, a
+//! namespace per test, clients and kubectl.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clair_operator::crdgen;
+use clair_testenv::{ControlPlane, Options};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+
+pub const FIELD_MANAGER: &str = "clair-operator-tests";
+
+pub struct TestEnv {
+    pub plane: ControlPlane,
+}
+
+impl TestEnv {
+    /// Starts the control plane and installs the CRDs as the code generates them.
+    pub fn start() -> anyhow::Result<Self> {
+        let plane = ControlPlane::start(Options::default())?;
+        eprintln!(
+            "control plane up at {} (folder {})",
+            plane.server(),
+            plane.dir().display()
+        );
+        let env = Self { plane };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(env.install_crds())?;
+        Ok(env)
+    }
+
+    async fn install_crds(&self) -> anyhow::Result<()> {
+        let client = self.client().await?;
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        for crd in crdgen::all() {
+            let name = crd.name_any();
+            api.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .with_context(|| format!("apply CRD {name}"))?;
+        }
+        for crd in crdgen::all() {
+            let name = crd.name_any();
+            eventually(Duration::from_secs(30), &format!("CRD {name} Established"), || {
+                let api = api.clone();
+                let name = name.clone();
+                async move { Ok(established(&api.get(&name).await?)) }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        Ok(self.plane.client().await?)
+    }
+
+    /// A fresh namespace named `PREFIX-xxxxx`, for one test.
+    pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {
+        let client = self.client().await?;
+        let api: Api<Namespace> = Api::all(client);
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"generateName": format!("{prefix}-"), "labels": {"clair-operator-tests": "true"}}
+        }))?;
+        let created = api.create(&PostParams::default(), &namespace).await?;
+        Ok(created.name_any())
+    }
+
+    /// `kubectl` at the pinned version, as the admin, in `namespace`.
+    pub fn kubectl(&self, namespace: &str) -> Command {
+        let mut command = self.plane.kubectl();
+        command.args(["--namespace", namespace]);
+        command
+    }
+
+    /// Runs kubectl and returns its standard output, failing with its standard error.
+    pub fn kubectl_ok(&self, namespace: &str, args: &[&str]) -> anyhow::Result<String> {
+        let output = self.kubectl(namespace).args(args).output()?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8(output.stdout)?)
+    }
+}
+
+pub fn established(crd: &CustomResourceDefinition) -> bool {
+    condition_true(crd, "Established")
+}
+
+pub fn condition_true(crd: &CustomResourceDefinition, type_: &str) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+/// Polls `check` until it returns true, failing after `timeout` with the last error.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let start = Instant::now();
+    let mut last = String::from("condition was false");
+    while start.elapsed() < timeout {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => last = String::from("condition was false"),
+            Err(e) => last = format!("{e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("timed out after {timeout:?} waiting for {what}: {last}")
+}
