@@ -19,16 +19,18 @@ pub const VERSION: &str = "v1alpha1";
 /// against (see `../shared/notes/clair-config.md`).
 pub const DEFAULT_IMAGE: &str = "quay.io/projectquay/clair:4.9.0";
 
-/// Labels and annotations from the design discussion (the seed), on ConfigMaps and Secrets.
+/// Labels and annotations on ConfigMaps and Secrets. The design discussion (the seed) spelled
+/// them `projectquay.io/clair/NAME`, which Kubernetes refuses (a key has at most one `/`);
+/// they live under the API group's domain instead (see `docs/decisions.md`).
 pub mod keys {
     /// Label: the validating webhook checks the config under the [`CONFIG`] key.
-    pub const VALIDATE_CONFIG: &str = "projectquay.io/clair/validate-config";
+    pub const VALIDATE_CONFIG: &str = "clair.projectquay.io/validate-config";
     /// Annotation: which key of the object holds a Clair config.
-    pub const CONFIG: &str = "projectquay.io/clair/config";
+    pub const CONFIG: &str = "clair.projectquay.io/config";
     /// Label: the templating webhook resolves `secret://` and `configmap://` references.
-    pub const TEMPLATE_CONFIG: &str = "projectquay.io/clair/template-config";
+    pub const TEMPLATE_CONFIG: &str = "clair.projectquay.io/template-config";
     /// Annotation: the key read by the templating webhook.
-    pub const TEMPLATE_INPUT: &str = "projectquay.io/clair/template-input";
+    pub const TEMPLATE_INPUT: &str = "clair.projectquay.io/template-input";
     /// Annotation: the key written by the templating webhook.
-    pub const TEMPLATE_OUTPUT: &str = "projectquay.io/clair/template-output";
+    pub const TEMPLATE_OUTPUT: &str = "clair.projectquay.io/template-output";
 }

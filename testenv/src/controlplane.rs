@@ -85,6 +85,7 @@ impl ControlPlane {
             ("apiserver.crt", &pki.serving_cert),
             ("apiserver.key", &pki.serving_key),
             ("sa.key", &pki.service_account_key),
+            ("sa.pub", &pki.service_account_public_key),
         ] {
             write(&dir.join(name), text)?;
         }
@@ -154,7 +155,7 @@ impl ControlPlane {
                 format!("--token-auth-file={}", path("tokens.csv")),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", path("sa.key")),
+                format!("--service-account-key-file={}", path("sa.pub")),
                 format!("--service-account-signing-key-file={}", path("sa.key")),
                 "--authorization-mode=RBAC".into(),
                 "--allow-privileged=true".into(),

@@ -12,6 +12,7 @@ pub(crate) struct Pki {
     pub serving_cert: String,
     pub serving_key: String,
     pub service_account_key: String,
+    pub service_account_public_key: String,
 }
 
 pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
@@ -42,11 +43,13 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
         .push(DnType::CommonName, "kube-apiserver");
     let serving_cert = serving_params.signed_by(&serving_key, &issuer)?;
 
+    let service_account = KeyPair::generate()?;
     Ok(Pki {
         ca_cert: ca_cert_pem,
         ca_key: ca_key_pem,
         serving_cert: serving_cert.pem(),
         serving_key: serving_key.serialize_pem(),
-        service_account_key: KeyPair::generate()?.serialize_pem(),
+        service_account_key: service_account.serialize_pem(),
+        service_account_public_key: service_account.public_key_pem(),
     })
 }
