@@ -4,11 +4,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
 use clair_operator::crdgen;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "clair-operator", version, about = "Runs Clair on Kubernetes as separate, independently scaled services")]
+#[command(
+    name = "clair-operator",
+    version,
+    about = "Runs Clair on Kubernetes as separate, independently scaled services"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -13,6 +13,8 @@ use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides
 
 /// A Clair deployment: indexer, matcher and notifier as separate services, with their
 /// database, routing and updaters.
+// Each printcolumn(...) repeats `type_`; clippy takes that for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "clair.projectquay.io",
@@ -24,21 +26,51 @@ use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides
     derive = "PartialEq",
     derive = "Default",
     shortname = "clr",
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
-        description = "Where the deployment stands; see docs/runbooks/<phase>.md"),
-    printcolumn(name = "Ready", type_ = "string",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Where the deployment stands; see docs/runbooks/<phase>.md"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Status of the Ready condition"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", priority = 1,
-        description = "Clair image, when not the default"),
-    printcolumn(name = "Indexers", type_ = "integer", json_path = ".status.indexer.readyReplicas",
-        priority = 1, description = "Ready indexer pods"),
-    printcolumn(name = "Matchers", type_ = "integer", json_path = ".status.matcher.readyReplicas",
-        priority = 1, description = "Ready matcher pods"),
-    printcolumn(name = "Notifiers", type_ = "integer",
-        json_path = ".status.notifier.readyReplicas", priority = 1,
-        description = "Ready notifier pods")
+        description = "Status of the Ready condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Image",
+        type_ = "string",
+        json_path = ".spec.image",
+        priority = 1,
+        description = "Clair image, when not the default"
+    ),
+    printcolumn(
+        name = "Indexers",
+        type_ = "integer",
+        json_path = ".status.indexer.readyReplicas",
+        priority = 1,
+        description = "Ready indexer pods"
+    ),
+    printcolumn(
+        name = "Matchers",
+        type_ = "integer",
+        json_path = ".status.matcher.readyReplicas",
+        priority = 1,
+        description = "Ready matcher pods"
+    ),
+    printcolumn(
+        name = "Notifiers",
+        type_ = "integer",
+        json_path = ".status.notifier.readyReplicas",
+        priority = 1,
+        description = "Ready notifier pods"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(

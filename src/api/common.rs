@@ -151,7 +151,17 @@ pub struct PodOverrides {
 /// Where a resource stands, for people and runbooks (`docs/runbooks/<Phase>.md`). The
 /// conditions are the contract; the phase is their summary.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
     JsonSchema,
 )]
 pub enum Phase {

@@ -51,6 +51,8 @@ pub trait ClairService {
 macro_rules! service_kind {
     ($spec:ident, $kind:tt, $root:ident, $short:tt, $mode:tt, $doc:tt) => {
         #[doc = $doc]
+        // Each printcolumn(...) repeats `type_`; clippy takes that for a duplicated attribute.
+        #[allow(clippy::duplicated_attributes)]
         #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
         #[kube(
             group = "clair.projectquay.io",

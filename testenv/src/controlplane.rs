@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::json;
 
 use crate::binaries::Binaries;
@@ -116,9 +116,21 @@ impl ControlPlane {
     async fn launch(&mut self, nodes: usize) -> Result<()> {
         let dir = self.dir.clone();
         let path = |name: &str| dir.join(name).display().to_string();
-        let [etcd_port, etcd_peer, api_port, kcm_port, sched_port, kwok_port] = free_ports()?;
+        let [
+            etcd_port,
+            etcd_peer,
+            api_port,
+            kcm_port,
+            sched_port,
+            kwok_port,
+        ] = free_ports()?;
         self.server = format!("https://127.0.0.1:{api_port}");
-        for user in self.tokens.iter().map(|(u, _)| u.clone()).collect::<Vec<_>>() {
+        for user in self
+            .tokens
+            .iter()
+            .map(|(u, _)| u.clone())
+            .collect::<Vec<_>>()
+        {
             write(&self.kubeconfig_path(&user), &self.kubeconfig_text(&user))?;
         }
         let admin = self.kubeconfig_path(ADMIN).display().to_string();
@@ -241,16 +253,27 @@ impl ControlPlane {
     }
 
     fn spawn(&mut self, name: &str, args: Vec<String>) -> Result<()> {
-        let process = Process::spawn(name, &self.binaries.path(name), &args, &self.dir.join("logs"))?;
+        let process = Process::spawn(
+            name,
+            &self.binaries.path(name),
+            &args,
+            &self.dir.join("logs"),
+        )?;
         self.processes.push(process);
         Ok(())
     }
 
     fn check_processes(&mut self) -> Result<()> {
-        self.processes.iter_mut().try_for_each(Process::check_running)
+        self.processes
+            .iter_mut()
+            .try_for_each(Process::check_running)
     }
 
-    async fn wait_for(&mut self, what: &str, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
+    async fn wait_for(
+        &mut self,
+        what: &str,
+        mut ready: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
         let start = Instant::now();
         loop {
             self.check_processes()?;
@@ -357,7 +380,8 @@ impl ControlPlane {
     /// A client acting as `user`.
     pub async fn client_as(&self, user: &str) -> Result<Client> {
         let text = self.kubeconfig_text(user);
-        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        let kubeconfig =
+            Kubeconfig::from_yaml(&text).map_err(|e| Error::Kubeconfig(e.to_string()))?;
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|e| Error::Kubeconfig(e.to_string()))?;

@@ -1,9 +1,7 @@
 //! Certificates for the control plane: a CA, the apiserver's serving certificate for
 //! loopback, and the service-account signing key.
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 /// PEM texts written into the control plane's folder.
 pub(crate) struct Pki {

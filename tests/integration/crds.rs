@@ -39,8 +39,15 @@ pub async fn crds_are_established(env: &TestEnv) -> anyhow::Result<()> {
         (Clair::crd(), false),
     ] {
         let served = api.get(&crd.name_any()).await?;
-        let subresources = served.spec.versions[0].subresources.clone().unwrap_or_default();
-        ensure!(subresources.status.is_some(), "{} lacks status", crd.name_any());
+        let subresources = served.spec.versions[0]
+            .subresources
+            .clone()
+            .unwrap_or_default();
+        ensure!(
+            subresources.status.is_some(),
+            "{} lacks status",
+            crd.name_any()
+        );
         ensure!(
             subresources.scale.is_some() == scalable,
             "{}: scale subresource present = {}",
@@ -84,29 +91,50 @@ pub async fn valid_resources_are_accepted(env: &TestEnv) -> anyhow::Result<()> {
     }
     let client = env.client().await?;
 
-    let indexer = Api::<Indexer>::namespaced(client.clone(), &ns).get("indexer").await?;
+    let indexer = Api::<Indexer>::namespaced(client.clone(), &ns)
+        .get("indexer")
+        .await?;
     let spec = &indexer.spec.service;
-    ensure!(spec.replicas == 2, "indexer replicas read back as {}", spec.replicas);
+    ensure!(
+        spec.replicas == 2,
+        "indexer replicas read back as {}",
+        spec.replicas
+    );
     ensure!(
         spec.config.root.config_map.as_ref().map(|k| k.key.as_str()) == Some("config.yaml"),
         "indexer root config read back as {:?}",
         spec.config.root
     );
     ensure!(
-        spec.pod.scratch.as_ref().and_then(|s| s.size.as_ref()).map(|q| q.0.as_str())
+        spec.pod
+            .scratch
+            .as_ref()
+            .and_then(|s| s.size.as_ref())
+            .map(|q| q.0.as_str())
             == Some("20Gi"),
         "scratch size read back as {:?}",
         spec.pod.scratch
     );
 
-    let matcher = Api::<Matcher>::namespaced(client.clone(), &ns).get("matcher").await?;
-    let autoscaling = matcher.spec.service.autoscaling.context("matcher autoscaling lost")?;
+    let matcher = Api::<Matcher>::namespaced(client.clone(), &ns)
+        .get("matcher")
+        .await?;
+    let autoscaling = matcher
+        .spec
+        .service
+        .autoscaling
+        .context("matcher autoscaling lost")?;
     ensure!(autoscaling.min_replicas == Some(2) && autoscaling.max_replicas == 6);
     ensure!(autoscaling.target_cpu_utilization_percentage == Some(70));
-    ensure!(matcher.spec.service.config.dropins.len() == 1, "matcher drop-in lost");
+    ensure!(
+        matcher.spec.service.config.dropins.len() == 1,
+        "matcher drop-in lost"
+    );
 
     // replicas was left out: the schema's default applies.
-    let notifier = Api::<Notifier>::namespaced(client.clone(), &ns).get("notifier").await?;
+    let notifier = Api::<Notifier>::namespaced(client.clone(), &ns)
+        .get("notifier")
+        .await?;
     ensure!(
         notifier.spec.service.replicas == 1,
         "notifier replicas defaulted to {}",
@@ -114,7 +142,11 @@ pub async fn valid_resources_are_accepted(env: &TestEnv) -> anyhow::Result<()> {
     );
 
     let clair = Api::<Clair>::namespaced(client, &ns).get("clair").await?;
-    let external = clair.spec.database.external.context("external database lost")?;
+    let external = clair
+        .spec
+        .database
+        .external
+        .context("external database lost")?;
     ensure!(external.notifier.map(|k| k.key) == Some("notifier".to_string()));
     ensure!(clair.spec.indexer.and_then(|i| i.replicas) == Some(2));
     ensure!(
@@ -194,7 +226,9 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
         Invalid {
             case: "root config in both a ConfigMap and a Secret",
             resource: indexer.clone(),
-            spec: service_spec(json!({"config": {"root": {"secret": {"name": "s", "key": "config.yaml"}}}})),
+            spec: service_spec(
+                json!({"config": {"root": {"secret": {"name": "s", "key": "config.yaml"}}}}),
+            ),
             expect: &["spec.config.root", "set exactly one of configMap or secret"],
         },
         Invalid {
@@ -206,14 +240,19 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
         Invalid {
             case: "drop-in key Clair would ignore",
             resource: notifier.clone(),
-            spec: service_spec(json!({"config": {"dropins": [{"secret": {"name": "s", "key": "extra.txt"}}]}})),
+            spec: service_spec(
+                json!({"config": {"dropins": [{"secret": {"name": "s", "key": "extra.txt"}}]}}),
+            ),
             expect: &["spec.config.dropins", "drop-in key must end in"],
         },
         Invalid {
             case: "minReplicas above maxReplicas",
             resource: indexer.clone(),
             spec: service_spec(json!({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}})),
-            expect: &["spec.autoscaling.minReplicas", "minReplicas must not exceed maxReplicas"],
+            expect: &[
+                "spec.autoscaling.minReplicas",
+                "minReplicas must not exceed maxReplicas",
+            ],
         },
         Invalid {
             case: "no database",
@@ -225,18 +264,26 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
             case: "managed and external database at once",
             resource: clair.clone(),
             spec: clair_spec(json!({"database": {"managed": {}}})),
-            expect: &["spec.database", "set exactly one of database.managed or database.external"],
+            expect: &[
+                "spec.database",
+                "set exactly one of database.managed or database.external",
+            ],
         },
         Invalid {
             case: "external database without the enabled notifier's connection string",
             resource: clair.clone(),
             spec: clair_spec(json!({"database": {"external": {"notifier": null}}})),
-            expect: &["spec.database.external", "database.external.notifier is required"],
+            expect: &[
+                "spec.database.external",
+                "database.external.notifier is required",
+            ],
         },
         Invalid {
             case: "HTTPRoute without a gateway",
             resource: clair.clone(),
-            spec: clair_spec(json!({"routing": {"kind": "HTTPRoute", "host": "clair.example.com"}})),
+            spec: clair_spec(
+                json!({"routing": {"kind": "HTTPRoute", "host": "clair.example.com"}}),
+            ),
             expect: &["spec.routing.gateway", "routing.gateway is required"],
         },
         Invalid {
@@ -260,8 +307,11 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => failures.push(format!("{}: accepted", case.case)),
             Err(kube::Error::Api(status)) => {
-                let missing: Vec<_> =
-                    case.expect.iter().filter(|e| !status.message.contains(**e)).collect();
+                let missing: Vec<_> = case
+                    .expect
+                    .iter()
+                    .filter(|e| !status.message.contains(**e))
+                    .collect();
                 if status.code != 422 || !missing.is_empty() {
                     failures.push(format!(
                         "{}: got {} {:?}, missing {missing:?}",
@@ -278,16 +328,32 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
 
 pub async fn kubectl_explain_shows_descriptions(env: &TestEnv) -> anyhow::Result<()> {
     let expectations = [
-        ("clair.spec.database", &["PostgreSQL databases of the three services", "managed", "external"][..]),
-        ("clair.spec.database.external.notifier", &["required while the notifier is enabled"]),
-        ("indexer.spec.config.root", &["The root config", "configMap", "secret"]),
+        (
+            "clair.spec.database",
+            &[
+                "PostgreSQL databases of the three services",
+                "managed",
+                "external",
+            ][..],
+        ),
+        (
+            "clair.spec.database.external.notifier",
+            &["required while the notifier is enabled"],
+        ),
+        (
+            "indexer.spec.config.root",
+            &["The root config", "configMap", "secret"],
+        ),
         ("matcher.spec.autoscaling.maxReplicas", &["max_connections"]),
         ("notifier.status.phase", &["runbooks"]),
     ];
     for (field, wanted) in expectations {
         let out = env.kubectl_ok("default", &["explain", field])?;
         for w in wanted {
-            ensure!(out.contains(w), "kubectl explain {field} lacks {w:?}:\n{out}");
+            ensure!(
+                out.contains(w),
+                "kubectl explain {field} lacks {w:?}:\n{out}"
+            );
         }
     }
     Ok(())
@@ -333,7 +399,11 @@ pub async fn kubectl_scale_changes_spec_replicas(env: &TestEnv) -> anyhow::Resul
     let scale = api.get_scale("scaled").await?;
     let scale_status = scale.status.context("scale has no status")?;
     ensure!(scale.spec.and_then(|s| s.replicas) == Some(3));
-    ensure!(scale_status.replicas == 1, "scale status replicas {}", scale_status.replicas);
+    ensure!(
+        scale_status.replicas == 1,
+        "scale status replicas {}",
+        scale_status.replicas
+    );
     ensure!(
         scale_status.selector.as_deref() == Some("app.kubernetes.io/instance=scaled"),
         "scale selector {:?}",
@@ -370,9 +440,16 @@ pub async fn printer_columns_show_phase_and_readiness(env: &TestEnv) -> anyhow::
     .await?;
     let out = env.kubectl_ok(&ns, &["get", "clair", "clair"])?;
     let mut lines = out.lines();
-    let header: Vec<&str> = lines.next().context("no header")?.split_whitespace().collect();
+    let header: Vec<&str> = lines
+        .next()
+        .context("no header")?
+        .split_whitespace()
+        .collect();
     let row: Vec<&str> = lines.next().context("no row")?.split_whitespace().collect();
-    ensure!(header == ["NAME", "PHASE", "READY", "AGE"], "header {header:?}");
+    ensure!(
+        header == ["NAME", "PHASE", "READY", "AGE"],
+        "header {header:?}"
+    );
     ensure!(row[..3] == ["clair", "Available", "True"], "row {row:?}");
 
     let wide = env.kubectl_ok(&ns, &["get", "clr", "-o", "wide"])?;
@@ -382,6 +459,9 @@ pub async fn printer_columns_show_phase_and_readiness(env: &TestEnv) -> anyhow::
             bail!("wide output lacks {column}: {wide}");
         }
     }
-    ensure!(wide.lines().nth(1).is_some_and(|row| row.contains(" 2 ")), "wide row: {wide}");
+    ensure!(
+        wide.lines().nth(1).is_some_and(|row| row.contains(" 2 ")),
+        "wide row: {wide}"
+    );
     Ok(())
 }

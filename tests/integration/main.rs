@@ -15,7 +15,10 @@ fn main() -> ExitCode {
     let args = Arguments::from_args();
     let tests = registry();
     if args.list {
-        let trials = tests.iter().map(|(name, _)| Trial::test(*name, || Ok(()))).collect();
+        let trials = tests
+            .iter()
+            .map(|(name, _)| Trial::test(*name, || Ok(())))
+            .collect();
         return libtest_mimic::run(&args, trials).exit_code();
     }
     // Started from the main thread, which outlives every test: the processes' death signal

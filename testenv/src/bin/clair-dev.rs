@@ -47,7 +47,13 @@ fn up(once: bool) -> Result<(), String> {
 
     let kubectl = |args: &[&str]| run(plane.kubectl().args(args));
     kubectl(&["apply", "--server-side", "-f", &path(&root.join("crds"))])?;
-    kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"])?;
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=60s",
+    ])?;
     kubectl(&["create", "namespace", NAMESPACE])?;
     kubectl(&[
         "apply",

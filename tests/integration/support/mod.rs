@@ -50,11 +50,15 @@ impl TestEnv {
         }
         for crd in crdgen::all() {
             let name = crd.name_any();
-            eventually(Duration::from_secs(30), &format!("CRD {name} Established"), || {
-                let api = api.clone();
-                let name = name.clone();
-                async move { Ok(established(&api.get(&name).await?)) }
-            })
+            eventually(
+                Duration::from_secs(30),
+                &format!("CRD {name} Established"),
+                || {
+                    let api = api.clone();
+                    let name = name.clone();
+                    async move { Ok(established(&api.get(&name).await?)) }
+                },
+            )
             .await?;
         }
         Ok(())
