@@ -3,3 +3,4 @@
 
 pub mod api;
 pub mod crdgen;
+pub mod machine;

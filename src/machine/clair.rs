@@ -1,0 +1,327 @@
+//! The machine of `Clair`: its phase aggregates its config, its database and the phases of
+//! the service resources it owns, with a condition per service saying which holds it back.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::conditions::{ConditionSpec, ConditionType as T, Reason, Status};
+use super::observation::{
+    ConfigObservation, DatabaseObservation, config_condition, database_condition, strip_link,
+};
+use super::phases::advance;
+use super::table::ObservationClass;
+use super::{ApplyPlan, Decision, conclude};
+use crate::api::Phase::{self, *};
+
+/// A service a `Clair` owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServiceRole {
+    Indexer,
+    Matcher,
+    Notifier,
+}
+
+impl ServiceRole {
+    pub const ALL: [ServiceRole; 3] = [
+        ServiceRole::Indexer,
+        ServiceRole::Matcher,
+        ServiceRole::Notifier,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceRole::Indexer => "indexer",
+            ServiceRole::Matcher => "matcher",
+            ServiceRole::Notifier => "notifier",
+        }
+    }
+
+    fn condition(self) -> T {
+        match self {
+            ServiceRole::Indexer => T::IndexerReady,
+            ServiceRole::Matcher => T::MatcherReady,
+            ServiceRole::Notifier => T::NotifierReady,
+        }
+    }
+}
+
+/// One owned service resource as observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChildObservation {
+    /// Switched off in the spec (only the notifier can be).
+    Disabled,
+    /// Not created yet, or deleted.
+    Absent,
+    /// Present, in this phase (`None`: it has no status yet).
+    Present { name: String, phase: Option<Phase> },
+}
+
+/// Everything one reconcile observed about a `Clair`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClairSnapshot {
+    pub generation: i64,
+    /// The generated config with the user's drop-ins.
+    pub config: ConfigObservation,
+    /// The databases of all services.
+    pub database: DatabaseObservation,
+    /// The indexer, matcher and notifier, in [`ServiceRole::ALL`] order.
+    pub children: [ChildObservation; 3],
+}
+
+/// The classes of observation, in priority order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClairClass {
+    ConfigMissing,
+    ConfigInvalid,
+    DatabaseUnreachable,
+    ServicesAbsent,
+    ServiceDegraded,
+    ServicesDeploying,
+    ServicesScaling,
+    AllAvailable,
+}
+
+#[rustfmt::skip]
+impl ObservationClass for ClairClass {
+    const ALL: &'static [Self] = &[
+        ClairClass::ConfigMissing, ClairClass::ConfigInvalid, ClairClass::DatabaseUnreachable,
+        ClairClass::ServicesAbsent, ClairClass::ServiceDegraded, ClairClass::ServicesDeploying,
+        ClairClass::ServicesScaling, ClairClass::AllAvailable,
+    ];
+
+    const TABLE: &'static [(Self, [Phase; 7])] = &[
+        //                                from: Pending       ConfigValid    DatabaseReady  Deploying  Available  Scaling    Degraded
+        (ClairClass::ConfigMissing,       [Pending,       Pending,       Pending,       Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::ConfigInvalid,       [Pending,       Pending,       Pending,       Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::DatabaseUnreachable, [ConfigValid,   ConfigValid,   ConfigValid,   Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::ServicesAbsent,      [DatabaseReady, DatabaseReady, DatabaseReady, Deploying, Degraded,  Degraded,  Degraded]),
+        (ClairClass::ServiceDegraded,     [Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::ServicesDeploying,   [Deploying,     Deploying,     Deploying,     Deploying, Deploying, Deploying, Deploying]),
+        (ClairClass::ServicesScaling,     [Deploying,     Deploying,     Deploying,     Deploying, Scaling,   Scaling,   Scaling]),
+        (ClairClass::AllAvailable,        [Available,     Available,     Available,     Available, Available, Available, Available]),
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            ClairClass::ConfigMissing => "ConfigMissing",
+            ClairClass::ConfigInvalid => "ConfigInvalid",
+            ClairClass::DatabaseUnreachable => "DatabaseUnreachable",
+            ClairClass::ServicesAbsent => "ServicesAbsent",
+            ClairClass::ServiceDegraded => "ServiceDegraded",
+            ClairClass::ServicesDeploying => "ServicesDeploying",
+            ClairClass::ServicesScaling => "ServicesScaling",
+            ClairClass::AllAvailable => "AllAvailable",
+        }
+    }
+}
+
+fn child_phase(child: &ChildObservation) -> Option<Phase> {
+    match child {
+        ChildObservation::Present { phase, .. } => Some(phase.unwrap_or(Pending)),
+        _ => None,
+    }
+}
+
+/// The class of a snapshot.
+pub fn classify(snapshot: &ClairSnapshot) -> ClairClass {
+    let phases: Vec<Phase> = snapshot.children.iter().filter_map(child_phase).collect();
+    let any = |wanted: &[Phase]| phases.iter().any(|p| wanted.contains(p));
+    match (&snapshot.config, &snapshot.database) {
+        (ConfigObservation::Missing { .. }, _) => ClairClass::ConfigMissing,
+        (ConfigObservation::Invalid { .. }, _) => ClairClass::ConfigInvalid,
+        (_, DatabaseObservation::Unreachable { .. }) => ClairClass::DatabaseUnreachable,
+        _ if snapshot.children.contains(&ChildObservation::Absent) => ClairClass::ServicesAbsent,
+        _ if any(&[Degraded]) => ClairClass::ServiceDegraded,
+        _ if any(&[Pending, ConfigValid, DatabaseReady, Deploying]) => {
+            ClairClass::ServicesDeploying
+        }
+        _ if any(&[Scaling]) => ClairClass::ServicesScaling,
+        _ => ClairClass::AllAvailable,
+    }
+}
+
+/// Decides what follows from `snapshot`, for a `Clair` last in `phase` with `previous`
+/// conditions, at `now`.
+pub fn decide(
+    phase: Option<Phase>,
+    previous: &[Condition],
+    snapshot: &ClairSnapshot,
+    now: &Time,
+) -> Decision {
+    let from = phase.unwrap_or(Pending);
+    let class = classify(snapshot);
+    let to = advance(from, class);
+    let wanted = conditions(to, class, snapshot);
+    let apply = match class {
+        ClairClass::ConfigMissing | ClairClass::ConfigInvalid | ClairClass::DatabaseUnreachable => {
+            if to == Degraded {
+                ApplyPlan::KeepWorkload
+            } else {
+                ApplyPlan::Nothing
+            }
+        }
+        _ => ApplyPlan::Everything,
+    };
+    conclude(from, to, apply, &wanted, previous, snapshot.generation, now)
+}
+
+fn child_condition(role: ServiceRole, child: &ChildObservation) -> ConditionSpec {
+    let service = role.as_str();
+    let t = role.condition();
+    match child {
+        ChildObservation::Disabled => ConditionSpec::new(
+            t,
+            Status::True,
+            Reason::ServiceDisabled,
+            format!("the {service} is disabled in the spec"),
+        ),
+        ChildObservation::Absent => ConditionSpec::new(
+            t,
+            Status::False,
+            Reason::ServiceMissing,
+            format!("the {service} resource does not exist yet"),
+        ),
+        ChildObservation::Present { name, phase } => {
+            let phase = phase.unwrap_or(Pending);
+            match phase {
+                Available | Scaling => ConditionSpec::new(
+                    t,
+                    Status::True,
+                    Reason::AllReplicasReady,
+                    format!("{service} {name} is {phase}"),
+                ),
+                Degraded => ConditionSpec::new(
+                    t,
+                    Status::False,
+                    Reason::ServiceDegraded,
+                    format!("{service} {name} is Degraded: kubectl describe {service} {name}"),
+                ),
+                _ => ConditionSpec::new(
+                    t,
+                    Status::False,
+                    Reason::ServiceNotReady,
+                    format!("{service} {name} is {phase}"),
+                ),
+            }
+        }
+    }
+}
+
+fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<ConditionSpec> {
+    let config = config_condition("Clair", &s.config);
+    let database = database_condition("Clair", &s.database);
+    let children: Vec<ConditionSpec> = ServiceRole::ALL
+        .iter()
+        .zip(&s.children)
+        .map(|(role, child)| child_condition(*role, child))
+        .collect();
+    // The first service that holds the deployment back, for the summary conditions.
+    let holding = children.iter().find(|c| c.status == Status::False);
+    let holding_message = holding.map_or("every service is available", |c| strip_link(&c.message));
+
+    let progressing = if class == ClairClass::ServicesDeploying {
+        ConditionSpec::new(
+            T::Progressing,
+            Status::True,
+            Reason::RolloutInProgress,
+            holding_message,
+        )
+    } else {
+        ConditionSpec::new(
+            T::Progressing,
+            Status::False,
+            Reason::RolloutComplete,
+            "no service is rolling out",
+        )
+    };
+    let scaling = if phase == Scaling {
+        let scaling_children: Vec<String> = s
+            .children
+            .iter()
+            .filter_map(|c| match c {
+                ChildObservation::Present {
+                    name,
+                    phase: Some(Scaling),
+                } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        ConditionSpec::new(
+            T::Scaling,
+            Status::True,
+            Reason::ReplicasChanging,
+            format!("scaling: {}", scaling_children.join(", ")),
+        )
+    } else {
+        ConditionSpec::new(
+            T::Scaling,
+            Status::False,
+            Reason::ReplicasStable,
+            "no service is scaling",
+        )
+    };
+    let (blocking, blocking_message) = match class {
+        ClairClass::ConfigMissing | ClairClass::ConfigInvalid => {
+            (config.reason, strip_link(&config.message).to_string())
+        }
+        ClairClass::DatabaseUnreachable => {
+            (database.reason, strip_link(&database.message).to_string())
+        }
+        ClairClass::ServicesAbsent => (
+            if phase == Degraded {
+                Reason::ServiceMissing
+            } else {
+                Reason::NotDeployed
+            },
+            holding_message.to_string(),
+        ),
+        ClairClass::ServiceDegraded => (Reason::ServiceDegraded, holding_message.to_string()),
+        ClairClass::ServicesDeploying => (Reason::ServiceNotReady, holding_message.to_string()),
+        ClairClass::ServicesScaling => (
+            Reason::ReplicasChanging,
+            strip_link(&scaling.message).to_string(),
+        ),
+        ClairClass::AllAvailable => (
+            Reason::ServicesAvailable,
+            "every service is available".to_string(),
+        ),
+    };
+    let degraded = if phase == Degraded {
+        ConditionSpec::new(
+            T::Degraded,
+            Status::True,
+            blocking,
+            blocking_message.clone(),
+        )
+    } else {
+        ConditionSpec::new(
+            T::Degraded,
+            Status::False,
+            Reason::AsExpected,
+            "nothing is wrong",
+        )
+    };
+    let ready = match phase {
+        Available => ConditionSpec::new(
+            T::Ready,
+            Status::True,
+            Reason::ServicesAvailable,
+            blocking_message,
+        ),
+        Scaling => ConditionSpec::new(
+            T::Ready,
+            Status::True,
+            Reason::ReplicasChanging,
+            blocking_message,
+        ),
+        Degraded => ConditionSpec::new(T::Ready, Status::False, blocking, blocking_message),
+        _ => ConditionSpec::new(
+            T::Ready,
+            Status::False,
+            Reason::Waiting,
+            format!("Clair is {phase}: {blocking_message}"),
+        ),
+    };
+    let mut all = vec![ready, config, database, progressing, scaling, degraded];
+    all.extend(children);
+    all
+}

@@ -1,0 +1,246 @@
+//! Condition types and reasons, and building a full condition set that keeps
+//! `lastTransitionTime` when a condition's status does not change.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::Phase;
+
+/// The condition types of every kind; `Clair` adds one per service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    Ready,
+    ConfigValid,
+    DatabaseReady,
+    Progressing,
+    Scaling,
+    Degraded,
+    IndexerReady,
+    MatcherReady,
+    NotifierReady,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::ConfigValid => "ConfigValid",
+            ConditionType::DatabaseReady => "DatabaseReady",
+            ConditionType::Progressing => "Progressing",
+            ConditionType::Scaling => "Scaling",
+            ConditionType::Degraded => "Degraded",
+            ConditionType::IndexerReady => "IndexerReady",
+            ConditionType::MatcherReady => "MatcherReady",
+            ConditionType::NotifierReady => "NotifierReady",
+        }
+    }
+}
+
+/// Every reason a condition or an Event can carry. CamelCase, never empty; each has an
+/// entry in the runbook of [`Reason::runbook`] (a test holds the runbooks to this list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    // ConfigValid
+    ConfigAccepted,
+    ConfigMissing,
+    ConfigInvalid,
+    // DatabaseReady
+    DatabaseReachable,
+    DatabaseUnreachable,
+    DatabaseNotChecked,
+    // Progressing
+    RolloutInProgress,
+    RolloutComplete,
+    ProgressDeadlineExceeded,
+    NotDeployed,
+    // Scaling
+    ReplicasChanging,
+    ReplicasStable,
+    // Degraded
+    AsExpected,
+    BelowMinimumAvailable,
+    WorkloadMissing,
+    ServiceDegraded,
+    // Ready
+    AllReplicasReady,
+    Waiting,
+    ServicesAvailable,
+    ServiceMissing,
+    ServiceNotReady,
+    ServiceDisabled,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 22] = [
+        Reason::ConfigAccepted,
+        Reason::ConfigMissing,
+        Reason::ConfigInvalid,
+        Reason::DatabaseReachable,
+        Reason::DatabaseUnreachable,
+        Reason::DatabaseNotChecked,
+        Reason::RolloutInProgress,
+        Reason::RolloutComplete,
+        Reason::ProgressDeadlineExceeded,
+        Reason::NotDeployed,
+        Reason::ReplicasChanging,
+        Reason::ReplicasStable,
+        Reason::AsExpected,
+        Reason::BelowMinimumAvailable,
+        Reason::WorkloadMissing,
+        Reason::ServiceDegraded,
+        Reason::AllReplicasReady,
+        Reason::Waiting,
+        Reason::ServicesAvailable,
+        Reason::ServiceMissing,
+        Reason::ServiceNotReady,
+        Reason::ServiceDisabled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ConfigAccepted => "ConfigAccepted",
+            Reason::ConfigMissing => "ConfigMissing",
+            Reason::ConfigInvalid => "ConfigInvalid",
+            Reason::DatabaseReachable => "DatabaseReachable",
+            Reason::DatabaseUnreachable => "DatabaseUnreachable",
+            Reason::DatabaseNotChecked => "DatabaseNotChecked",
+            Reason::RolloutInProgress => "RolloutInProgress",
+            Reason::RolloutComplete => "RolloutComplete",
+            Reason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            Reason::NotDeployed => "NotDeployed",
+            Reason::ReplicasChanging => "ReplicasChanging",
+            Reason::ReplicasStable => "ReplicasStable",
+            Reason::AsExpected => "AsExpected",
+            Reason::BelowMinimumAvailable => "BelowMinimumAvailable",
+            Reason::WorkloadMissing => "WorkloadMissing",
+            Reason::ServiceDegraded => "ServiceDegraded",
+            Reason::AllReplicasReady => "AllReplicasReady",
+            Reason::Waiting => "Waiting",
+            Reason::ServicesAvailable => "ServicesAvailable",
+            Reason::ServiceMissing => "ServiceMissing",
+            Reason::ServiceNotReady => "ServiceNotReady",
+            Reason::ServiceDisabled => "ServiceDisabled",
+        }
+    }
+
+    /// The runbook page that explains this reason: the phase it leads to or holds in.
+    pub fn runbook(self) -> Phase {
+        match self {
+            Reason::ConfigMissing | Reason::ConfigInvalid => Phase::Pending,
+            Reason::ConfigAccepted | Reason::DatabaseUnreachable | Reason::DatabaseNotChecked => {
+                Phase::ConfigValid
+            }
+            Reason::DatabaseReachable | Reason::NotDeployed => Phase::DatabaseReady,
+            Reason::RolloutInProgress | Reason::Waiting | Reason::ServiceMissing => {
+                Phase::Deploying
+            }
+            Reason::RolloutComplete
+            | Reason::AllReplicasReady
+            | Reason::ServicesAvailable
+            | Reason::AsExpected
+            | Reason::ReplicasStable
+            | Reason::ServiceDisabled => Phase::Available,
+            Reason::ReplicasChanging => Phase::Scaling,
+            Reason::ProgressDeadlineExceeded
+            | Reason::BelowMinimumAvailable
+            | Reason::WorkloadMissing
+            | Reason::ServiceDegraded
+            | Reason::ServiceNotReady => Phase::Degraded,
+        }
+    }
+
+    /// Where to read about it, for condition messages: `docs/runbooks/Degraded.md#rolloutfailed`.
+    pub fn runbook_link(self) -> String {
+        format!(
+            "docs/runbooks/{}.md#{}",
+            self.runbook(),
+            self.as_str().to_ascii_lowercase()
+        )
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The tri-state of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    pub fn from_bool(value: bool) -> Self {
+        if value { Status::True } else { Status::False }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One condition as the machine decides it, before timestamps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionSpec {
+    pub type_: ConditionType,
+    pub status: Status,
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl ConditionSpec {
+    /// A condition whose message ends by naming the runbook entry of its reason, so
+    /// `kubectl describe` points at what to do.
+    pub fn new(
+        type_: ConditionType,
+        status: Status,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        let message = message.into();
+        let message = format!("{message} (see {})", reason.runbook_link());
+        Self {
+            type_,
+            status,
+            reason,
+            message,
+        }
+    }
+}
+
+/// The conditions to write: `wanted` in order, each keeping the previous
+/// `lastTransitionTime` when its status is unchanged, all stamped with `generation`.
+pub fn merge(
+    previous: &[Condition],
+    wanted: &[ConditionSpec],
+    generation: i64,
+    now: &Time,
+) -> Vec<Condition> {
+    wanted
+        .iter()
+        .map(|spec| {
+            let type_ = spec.type_.as_str();
+            let status = spec.status.as_str();
+            let last_transition_time = previous
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: spec.reason.as_str().to_string(),
+                message: spec.message.clone(),
+                last_transition_time,
+                observed_generation: Some(generation),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,99 @@
+//! The phase state machines: one for the service kinds (`Indexer`, `Matcher`, `Notifier`)
+//! and one for `Clair`. Pure: a reconcile observes the cluster into a snapshot, rehydrates the
+//! machine from `status.phase`, feeds it the snapshot and reads the [`Decision`]: the new
+//! phase, what to apply, the full set of conditions, and the Event to emit on a transition.
+//! The machine is the only place a phase is decided.
+
+pub mod clair;
+pub mod conditions;
+pub mod diagram;
+pub mod observation;
+pub mod phases;
+pub mod service;
+pub mod table;
+
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::Phase;
+use conditions::{ConditionSpec, merge};
+pub use conditions::{ConditionType, Reason};
+
+/// What follows from one observation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The phase after this observation.
+    pub phase: Phase,
+    /// `(from, to)` when the phase changed.
+    pub transition: Option<(Phase, Phase)>,
+    /// What the controller may write.
+    pub apply: ApplyPlan,
+    /// Every condition of the kind, in a fixed order, merged with the previous ones so that
+    /// `lastTransitionTime` moves only when a status changes.
+    pub conditions: Vec<Condition>,
+    /// The Event to record on the resource, on a transition.
+    pub event: Option<EventSpec>,
+}
+
+/// Which owned objects the controller applies after this decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyPlan {
+    /// Nothing yet: the config or the database is not there, and nothing runs.
+    Nothing,
+    /// Leave the workload as it runs (its last good config keeps serving); keep the
+    /// supporting objects (Service, autoscaler, disruption budget, monitoring) current.
+    KeepWorkload,
+    /// Apply every desired object, rolling the workload to the current config.
+    Everything,
+}
+
+/// A Kubernetes Event about a transition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    /// `Warning` when entering `Degraded`, otherwise `Normal`.
+    pub warning: bool,
+    /// CamelCase: the reason of the observation that caused the transition.
+    pub reason: Reason,
+    /// `Pending → ConfigValid: ...`.
+    pub note: String,
+}
+
+/// The decision for a move from `from` to `to` with the `wanted` conditions: merged with the
+/// `previous` ones, and an Event when the phase changed.
+fn conclude(
+    from: Phase,
+    to: Phase,
+    apply: ApplyPlan,
+    wanted: &[ConditionSpec],
+    previous: &[Condition],
+    generation: i64,
+    now: &Time,
+) -> Decision {
+    let event = (to != from).then(|| {
+        // The condition that best explains the new phase: Degraded's when degraded,
+        // Ready's otherwise.
+        let explaining = if to == Phase::Degraded {
+            ConditionType::Degraded
+        } else {
+            ConditionType::Ready
+        };
+        let cause = wanted.iter().find(|c| c.type_ == explaining);
+        EventSpec {
+            warning: to == Phase::Degraded,
+            reason: cause.map_or(Reason::Waiting, |c| c.reason),
+            note: format!(
+                "{from} → {to}: {}",
+                cause.map_or("", |c| observation::strip_link(&c.message))
+            ),
+        }
+    });
+    Decision {
+        phase: to,
+        transition: (to != from).then_some((from, to)),
+        apply,
+        conditions: merge(previous, wanted, generation, now),
+        event,
+    }
+}

@@ -1,0 +1,641 @@
+//! The machines checked exhaustively (every phase against every class of observation) and by
+//! property tests over random sequences of observations.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use proptest::prelude::*;
+
+use super::clair::{self, ChildObservation, ClairClass, ClairSnapshot};
+use super::observation::{ConfigObservation, DatabaseObservation};
+use super::phases::{advance, rehydrate};
+use super::service::{self, Replicas, Rollout, ServiceClass, ServiceSnapshot, Workload};
+use super::table::{ObservationClass, next, transitions};
+use super::{ApplyPlan, Decision, Reason};
+use crate::api::Phase;
+
+fn at(second: i64) -> Time {
+    Time(Timestamp::from_second(1_800_000_000 + second).expect("valid timestamp"))
+}
+
+fn valid() -> ConfigObservation {
+    ConfigObservation::Valid {
+        hash: "c0ffee".into(),
+    }
+}
+
+fn present(rollout: Rollout, spec: i32, current: i32, ready: i32) -> Workload {
+    Workload::Present {
+        rollout,
+        replicas: Replicas {
+            spec,
+            autoscaler: None,
+            current,
+            ready,
+            min_available: 1,
+        },
+    }
+}
+
+fn service_snapshot(
+    config: ConfigObservation,
+    database: DatabaseObservation,
+    workload: Workload,
+) -> ServiceSnapshot {
+    ServiceSnapshot {
+        generation: 3,
+        mode: "indexer",
+        config,
+        database,
+        workload,
+    }
+}
+
+/// A snapshot of each class of the service machine.
+fn service_example(class: ServiceClass) -> ServiceSnapshot {
+    let reachable = DatabaseObservation::Reachable;
+    match class {
+        ServiceClass::ConfigMissing => service_snapshot(
+            ConfigObservation::Missing {
+                what: "ConfigMap clair-config".into(),
+            },
+            reachable,
+            Workload::Absent,
+        ),
+        ServiceClass::ConfigInvalid => service_snapshot(
+            ConfigObservation::Invalid {
+                message: "matcher.indexer_addr: required".into(),
+            },
+            reachable,
+            present(Rollout::Complete, 2, 2, 2),
+        ),
+        ServiceClass::DatabaseUnreachable => service_snapshot(
+            valid(),
+            DatabaseObservation::Unreachable {
+                message: "connection refused".into(),
+            },
+            Workload::Absent,
+        ),
+        ServiceClass::WorkloadAbsent => service_snapshot(valid(), reachable, Workload::Absent),
+        ServiceClass::RolloutFailed => service_snapshot(
+            valid(),
+            reachable,
+            present(
+                Rollout::DeadlineExceeded {
+                    message: "ReplicaSet has timed out progressing".into(),
+                },
+                2,
+                2,
+                0,
+            ),
+        ),
+        ServiceClass::RolloutProgressing => {
+            service_snapshot(valid(), reachable, present(Rollout::Progressing, 2, 3, 1))
+        }
+        ServiceClass::BelowMinimum => {
+            service_snapshot(valid(), reachable, present(Rollout::Complete, 2, 2, 0))
+        }
+        ServiceClass::ReplicasMoving => {
+            service_snapshot(valid(), reachable, present(Rollout::Complete, 4, 2, 2))
+        }
+        ServiceClass::Settled => {
+            service_snapshot(valid(), reachable, present(Rollout::Complete, 2, 2, 2))
+        }
+    }
+}
+
+fn child(phase: Phase) -> ChildObservation {
+    ChildObservation::Present {
+        name: format!("clair-{}", phase.as_str().to_lowercase()),
+        phase: Some(phase),
+    }
+}
+
+/// A snapshot of each class of the Clair machine.
+fn clair_example(class: ClairClass) -> ClairSnapshot {
+    let available = || {
+        [
+            child(Phase::Available),
+            child(Phase::Available),
+            ChildObservation::Disabled,
+        ]
+    };
+    let snapshot = |config, database, children| ClairSnapshot {
+        generation: 7,
+        config,
+        database,
+        children,
+    };
+    let reachable = DatabaseObservation::Reachable;
+    match class {
+        ClairClass::ConfigMissing => snapshot(
+            ConfigObservation::Missing {
+                what: "Secret extra-config".into(),
+            },
+            reachable,
+            available(),
+        ),
+        ClairClass::ConfigInvalid => snapshot(
+            ConfigObservation::Invalid {
+                message: "notifier.webhook.target: not a URL".into(),
+            },
+            reachable,
+            available(),
+        ),
+        ClairClass::DatabaseUnreachable => snapshot(
+            valid(),
+            DatabaseObservation::Unreachable {
+                message: "matcher: password authentication failed".into(),
+            },
+            available(),
+        ),
+        ClairClass::ServicesAbsent => snapshot(
+            valid(),
+            reachable,
+            [
+                ChildObservation::Absent,
+                child(Phase::Available),
+                child(Phase::Available),
+            ],
+        ),
+        ClairClass::ServiceDegraded => snapshot(
+            valid(),
+            reachable,
+            [
+                child(Phase::Available),
+                child(Phase::Degraded),
+                child(Phase::Deploying),
+            ],
+        ),
+        ClairClass::ServicesDeploying => snapshot(
+            valid(),
+            reachable,
+            [
+                child(Phase::Deploying),
+                child(Phase::Available),
+                child(Phase::Scaling),
+            ],
+        ),
+        ClairClass::ServicesScaling => snapshot(
+            valid(),
+            reachable,
+            [
+                child(Phase::Available),
+                child(Phase::Scaling),
+                ChildObservation::Disabled,
+            ],
+        ),
+        ClairClass::AllAvailable => snapshot(valid(), reachable, available()),
+    }
+}
+
+fn table_is_complete<C: ObservationClass + std::hash::Hash>() {
+    let rows: Vec<C> = C::TABLE.iter().map(|(c, _)| *c).collect();
+    let unique: HashSet<C> = rows.iter().copied().collect();
+    assert_eq!(rows.len(), unique.len(), "a class has two rows");
+    assert_eq!(
+        unique,
+        C::ALL.iter().copied().collect(),
+        "every class has exactly one row"
+    );
+    assert_eq!(transitions::<C>().len(), Phase::ALL.len() * C::ALL.len());
+}
+
+#[test]
+fn every_class_has_one_row_in_each_table() {
+    table_is_complete::<ServiceClass>();
+    table_is_complete::<ClairClass>();
+}
+
+#[test]
+fn the_statig_machine_rehydrates_in_every_phase() {
+    for phase in Phase::ALL {
+        let machine = rehydrate::<ServiceClass>(phase).expect("rehydrates");
+        assert_eq!(super::phases::phase_of(machine.state()), phase);
+    }
+}
+
+#[test]
+fn the_statig_machine_follows_the_table_for_every_pair() {
+    for (from, class, to) in transitions::<ServiceClass>() {
+        assert_eq!(advance(from, class), to, "{from} on {class:?}");
+    }
+    for (from, class, to) in transitions::<ClairClass>() {
+        assert_eq!(advance(from, class), to, "{from} on {class:?}");
+    }
+}
+
+#[test]
+fn a_repeated_observation_changes_the_phase_at_most_once() {
+    fn check<C: ObservationClass>() {
+        for (from, class, to) in transitions::<C>() {
+            assert_eq!(
+                next(to, class),
+                to,
+                "{from} on {class:?} goes to {to}, which does not hold"
+            );
+        }
+    }
+    check::<ServiceClass>();
+    check::<ClairClass>();
+}
+
+/// Every (phase, class) pair through the whole decision: classification, machine, plan and
+/// conditions.
+#[test]
+fn every_phase_and_class_of_a_service_decides_as_the_table_says() {
+    for class in ServiceClass::ALL {
+        let snapshot = service_example(*class);
+        assert_eq!(service::classify(&snapshot), *class, "example of {class:?}");
+        for from in Phase::ALL {
+            let decision = service::decide(Some(from), &[], &snapshot, &at(0));
+            let to = next(from, *class);
+            assert_eq!(decision.phase, to, "{from} on {class:?}");
+            assert_eq!(decision.transition, (from != to).then_some((from, to)));
+            assert_eq!(decision.event.is_some(), from != to);
+            assert_consistent(&decision, &snapshot.config, &snapshot.database);
+            let keeps = matches!(
+                class,
+                ServiceClass::ConfigMissing
+                    | ServiceClass::ConfigInvalid
+                    | ServiceClass::DatabaseUnreachable
+            );
+            let expected = match (keeps, to) {
+                (false, _) => ApplyPlan::Everything,
+                (true, Phase::Degraded) => ApplyPlan::KeepWorkload,
+                (true, _) => ApplyPlan::Nothing,
+            };
+            assert_eq!(decision.apply, expected, "{from} on {class:?}");
+        }
+    }
+}
+
+#[test]
+fn every_phase_and_class_of_a_clair_decides_as_the_table_says() {
+    for class in ClairClass::ALL {
+        let snapshot = clair_example(*class);
+        assert_eq!(clair::classify(&snapshot), *class, "example of {class:?}");
+        for from in Phase::ALL {
+            let decision = clair::decide(Some(from), &[], &snapshot, &at(0));
+            assert_eq!(decision.phase, next(from, *class), "{from} on {class:?}");
+            assert_consistent(&decision, &snapshot.config, &snapshot.database);
+            assert_eq!(
+                decision.conditions.len(),
+                9,
+                "six conditions and one per service"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_clair_names_the_service_that_holds_it_back() {
+    let decision = clair::decide(
+        Some(Phase::Available),
+        &[],
+        &clair_example(ClairClass::ServiceDegraded),
+        &at(0),
+    );
+    let ready = condition(&decision, "Ready");
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready.message.contains("matcher clair-degraded is Degraded"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(condition(&decision, "IndexerReady").status, "True");
+    assert_eq!(
+        condition(&decision, "MatcherReady").reason,
+        "ServiceDegraded"
+    );
+    assert_eq!(condition(&decision, "NotifierReady").status, "False");
+    let event = decision.event.expect("a transition emits an event");
+    assert!(event.warning);
+    assert_eq!(event.reason, Reason::ServiceDegraded);
+    assert!(
+        event.note.starts_with("Available → Degraded: "),
+        "{}",
+        event.note
+    );
+}
+
+#[test]
+fn an_invalid_config_on_a_running_service_keeps_it_running_and_says_why() {
+    let snapshot = service_example(ServiceClass::ConfigInvalid);
+    let decision = service::decide(Some(Phase::Available), &[], &snapshot, &at(0));
+    assert_eq!(decision.phase, Phase::Degraded);
+    assert_eq!(decision.apply, ApplyPlan::KeepWorkload);
+    let config = condition(&decision, "ConfigValid");
+    assert_eq!(
+        (config.status.as_str(), config.reason.as_str()),
+        ("False", "ConfigInvalid")
+    );
+    assert!(
+        config.message.contains("matcher.indexer_addr: required"),
+        "{}",
+        config.message
+    );
+    assert!(
+        config
+            .message
+            .contains("docs/runbooks/Pending.md#configinvalid"),
+        "{}",
+        config.message
+    );
+    // The same problem before anything ran holds the service in Pending and applies nothing.
+    let fresh = service::decide(None, &[], &snapshot, &at(0));
+    assert_eq!(
+        (fresh.phase, fresh.apply),
+        (Phase::Pending, ApplyPlan::Nothing)
+    );
+}
+
+fn condition<'a>(decision: &'a Decision, type_: &str) -> &'a Condition {
+    decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+fn status(decision: &Decision, type_: &str) -> String {
+    condition(decision, type_).status.clone()
+}
+
+/// What must hold of every decision, whatever led to it.
+fn assert_consistent(
+    decision: &Decision,
+    config: &ConfigObservation,
+    database: &DatabaseObservation,
+) {
+    let phase = decision.phase;
+    if phase == Phase::Available {
+        assert!(
+            matches!(config, ConfigObservation::Valid { .. }),
+            "Available with config {config:?}"
+        );
+        assert!(
+            !matches!(database, DatabaseObservation::Unreachable { .. }),
+            "Available with database {database:?}"
+        );
+        assert_eq!(status(decision, "ConfigValid"), "True");
+    }
+    assert_eq!(
+        status(decision, "Ready") == "True",
+        matches!(phase, Phase::Available | Phase::Scaling),
+        "Ready in {phase}"
+    );
+    assert_eq!(
+        status(decision, "Degraded") == "True",
+        phase == Phase::Degraded,
+        "Degraded in {phase}"
+    );
+    // A rollout may be under way while a config or database problem holds the phase, but
+    // never while the resource claims to be settled.
+    if status(decision, "Progressing") == "True" {
+        assert!(
+            !matches!(
+                phase,
+                Phase::Available | Phase::Scaling | Phase::DatabaseReady
+            ),
+            "Progressing in {phase}"
+        );
+    }
+    assert_eq!(
+        status(decision, "Scaling") == "True",
+        phase == Phase::Scaling,
+        "Scaling in {phase}"
+    );
+    let types: HashSet<&str> = decision
+        .conditions
+        .iter()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(
+        types.len(),
+        decision.conditions.len(),
+        "a condition type appears twice"
+    );
+    for c in &decision.conditions {
+        assert!(
+            Reason::ALL.iter().any(|r| r.as_str() == c.reason),
+            "unknown reason {}",
+            c.reason
+        );
+        assert!(
+            c.reason
+                .chars()
+                .next()
+                .is_some_and(|ch| ch.is_ascii_uppercase())
+                && c.reason.chars().all(|ch| ch.is_ascii_alphanumeric()),
+            "reason {} is not CamelCase",
+            c.reason
+        );
+        assert!(
+            c.message.contains("docs/runbooks/"),
+            "{} message names no runbook: {}",
+            c.type_,
+            c.message
+        );
+        assert!(
+            c.observed_generation.is_some(),
+            "{} lacks observedGeneration",
+            c.type_
+        );
+        assert!(["True", "False", "Unknown"].contains(&c.status.as_str()));
+    }
+}
+
+fn config_strategy() -> impl Strategy<Value = ConfigObservation> {
+    prop_oneof![
+        Just(ConfigObservation::Missing {
+            what: "ConfigMap c".into()
+        }),
+        Just(ConfigObservation::Invalid {
+            message: "log_level: unknown".into()
+        }),
+        "[a-f0-9]{2}".prop_map(|hash| ConfigObservation::Valid { hash }),
+    ]
+}
+
+fn database_strategy() -> impl Strategy<Value = DatabaseObservation> {
+    prop_oneof![
+        Just(DatabaseObservation::Reachable),
+        Just(DatabaseObservation::Unreachable {
+            message: "timeout".into()
+        }),
+        Just(DatabaseObservation::NotChecked {
+            message: "no credentials to try".into()
+        }),
+    ]
+}
+
+fn workload_strategy() -> impl Strategy<Value = Workload> {
+    let rollout = prop_oneof![
+        Just(Rollout::Progressing),
+        Just(Rollout::Complete),
+        Just(Rollout::DeadlineExceeded {
+            message: "stalled".into()
+        }),
+    ];
+    let replicas = (
+        0..5i32,
+        proptest::option::of(0..6i32),
+        0..6i32,
+        0..6i32,
+        0..3i32,
+    )
+        .prop_map(
+            |(spec, autoscaler, current, ready, min_available)| Replicas {
+                spec,
+                autoscaler,
+                current,
+                ready: ready.min(current),
+                min_available,
+            },
+        );
+    prop_oneof![
+        1 => Just(Workload::Absent),
+        4 => (rollout, replicas).prop_map(|(rollout, replicas)| Workload::Present { rollout, replicas }),
+    ]
+}
+
+fn service_snapshot_strategy() -> impl Strategy<Value = ServiceSnapshot> {
+    (
+        1..4i64,
+        config_strategy(),
+        database_strategy(),
+        workload_strategy(),
+    )
+        .prop_map(|(generation, config, database, workload)| ServiceSnapshot {
+            generation,
+            mode: "matcher",
+            config,
+            database,
+            workload,
+        })
+}
+
+fn clair_snapshot_strategy() -> impl Strategy<Value = ClairSnapshot> {
+    let child = prop_oneof![
+        Just(ChildObservation::Disabled),
+        Just(ChildObservation::Absent),
+        (proptest::option::of(proptest::sample::select(Phase::ALL.to_vec()))).prop_map(|phase| {
+            ChildObservation::Present {
+                name: "child".into(),
+                phase,
+            }
+        }),
+    ];
+    (
+        1..4i64,
+        config_strategy(),
+        database_strategy(),
+        [child.clone(), child.clone(), child],
+    )
+        .prop_map(|(generation, config, database, children)| ClairSnapshot {
+            generation,
+            config,
+            database,
+            children,
+        })
+}
+
+/// `lastTransitionTime` moves exactly when a condition's status changes.
+fn assert_transition_times(previous: &[Condition], decision: &Decision, now: &Time) {
+    for c in &decision.conditions {
+        match previous.iter().find(|p| p.type_ == c.type_) {
+            Some(p) if p.status == c.status => assert_eq!(
+                c.last_transition_time, p.last_transition_time,
+                "{} kept its status but its time moved",
+                c.type_
+            ),
+            _ => assert_eq!(
+                &c.last_transition_time, now,
+                "{} changed status but kept its time",
+                c.type_
+            ),
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn random_service_histories_keep_every_invariant(snapshots in proptest::collection::vec(service_snapshot_strategy(), 1..25)) {
+        let (mut phase, mut conditions) = (None, Vec::new());
+        for (i, snapshot) in snapshots.iter().enumerate() {
+            let now = at(i as i64 + 1);
+            let decision = service::decide(phase, &conditions, snapshot, &now);
+            // Level-based: a fresh process with the same status and snapshot decides the same.
+            prop_assert_eq!(&service::decide(phase, &conditions, snapshot, &now), &decision);
+            prop_assert!(Phase::ALL.contains(&decision.phase));
+            assert_consistent(&decision, &snapshot.config, &snapshot.database);
+            assert_transition_times(&conditions, &decision, &now);
+            for c in &decision.conditions {
+                prop_assert_eq!(c.observed_generation, Some(snapshot.generation));
+            }
+            phase = Some(decision.phase);
+            conditions = decision.conditions;
+        }
+    }
+
+    #[test]
+    fn random_clair_histories_keep_every_invariant(snapshots in proptest::collection::vec(clair_snapshot_strategy(), 1..25)) {
+        let (mut phase, mut conditions) = (None, Vec::new());
+        for (i, snapshot) in snapshots.iter().enumerate() {
+            let now = at(i as i64 + 1);
+            let decision = clair::decide(phase, &conditions, snapshot, &now);
+            prop_assert_eq!(&clair::decide(phase, &conditions, snapshot, &now), &decision);
+            assert_consistent(&decision, &snapshot.config, &snapshot.database);
+            assert_transition_times(&conditions, &decision, &now);
+            if decision.phase == Phase::Available {
+                // No service may be missing, degraded or on its way.
+                for child in &snapshot.children {
+                    let ok = matches!(child, ChildObservation::Disabled | ChildObservation::Present { phase: Some(Phase::Available), .. });
+                    prop_assert!(ok, "Available with child {:?}", child);
+                }
+            }
+            phase = Some(decision.phase);
+            conditions = decision.conditions;
+        }
+    }
+}
+
+#[test]
+fn every_phase_and_every_reason_has_its_runbook_entry() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/runbooks");
+    let mut missing = Vec::new();
+    for phase in Phase::ALL {
+        let path = dir.join(format!("{phase}.md"));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                for heading in ["## What it means", "## Confirm it", "## What to do"] {
+                    if !text.contains(heading) {
+                        missing.push(format!("{}: no '{heading}' section", path.display()));
+                    }
+                }
+            }
+            Err(_) => missing.push(format!("{} does not exist", path.display())),
+        }
+    }
+    for reason in Reason::ALL {
+        let page = dir.join(format!("{}.md", reason.runbook()));
+        let text = std::fs::read_to_string(&page).unwrap_or_default();
+        if !text.contains(&format!("\n### {reason}\n")) {
+            missing.push(format!("{}: no '### {reason}' entry", page.display()));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "runbooks incomplete:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn reasons_are_listed_once_each() {
+    let unique: HashSet<Reason> = Reason::ALL.iter().copied().collect();
+    assert_eq!(unique.len(), Reason::ALL.len());
+}
