@@ -2,5 +2,6 @@
 //! scaled services on Kubernetes, each custom resource driven by a typed state machine.
 
 pub mod api;
+pub mod clairconfig;
 pub mod crdgen;
 pub mod machine;
