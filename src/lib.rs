@@ -5,3 +5,4 @@ pub mod api;
 pub mod clairconfig;
 pub mod crdgen;
 pub mod machine;
+pub mod render;

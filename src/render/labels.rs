@@ -1,0 +1,45 @@
+//! The labels every owned object carries, and the selector of a service's pods.
+
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "app.kubernetes.io/name";
+pub const INSTANCE: &str = "app.kubernetes.io/instance";
+pub const COMPONENT: &str = "app.kubernetes.io/component";
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const PART_OF: &str = "app.kubernetes.io/part-of";
+
+/// The value of `app.kubernetes.io/managed-by` on everything the operator owns; the
+/// controllers' caches select on it.
+pub const OPERATOR: &str = "clair-operator";
+
+/// `app.kubernetes.io/managed-by=clair-operator`, for watches and list calls.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY}={OPERATOR}")
+}
+
+/// Labels that identify the pods of one service resource; never change them on a running
+/// Deployment (its selector is immutable).
+pub fn selector(instance: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME.to_string(), "clair".to_string()),
+        (INSTANCE.to_string(), instance.to_string()),
+        (COMPONENT.to_string(), component.to_string()),
+    ])
+}
+
+/// Every label of an owned object.
+pub fn all(instance: &str, component: &str) -> BTreeMap<String, String> {
+    let mut labels = selector(instance, component);
+    labels.insert(MANAGED_BY.to_string(), OPERATOR.to_string());
+    labels.insert(PART_OF.to_string(), "clair".to_string());
+    labels
+}
+
+/// A selector as the scale subresource and `kubectl get -l` read it.
+pub fn to_selector_string(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

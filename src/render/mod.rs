@@ -1,0 +1,5 @@
+//! Pure builders: the desired owned objects of a resource, from its spec and what the
+//! reconcile observed. No client here; each builder is tested on its own.
+
+pub mod labels;
+pub mod service;

@@ -1,0 +1,602 @@
+//! The objects a service resource (`Indexer`, `Matcher`, `Notifier`) owns: its config
+//! snapshot Secret, Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget and,
+//! where the cluster serves it, a ServiceMonitor.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec,
+    MetricTarget, ResourceMetricSource,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EphemeralVolumeSource,
+    HTTPGetAction, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
+    Service, ServicePort, ServiceSpec as KubeServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::json;
+
+use super::labels;
+use crate::api::{DEFAULT_IMAGE, ServiceSpec};
+
+pub const API_PORT: i32 = 6060;
+pub const INTROSPECTION_PORT: i32 = 8089;
+/// Where the config snapshot is mounted; Clair reads `CLAIR_CONF`.
+pub const CONFIG_DIR: &str = "/config";
+pub const CONFIG_FILE: &str = "config.json";
+/// The pod-template annotation carrying the config hash, so a new config rolls the pods.
+pub const CONFIG_HASH: &str = "clair.projectquay.io/config-hash";
+/// The label on config snapshot Secrets carrying the hash.
+pub const SNAPSHOT_HASH: &str = "clair.projectquay.io/config-hash";
+const DEFAULT_SCRATCH: &str = "10Gi";
+
+/// What the builders need to know about one service resource.
+pub struct ServiceInput<'a> {
+    /// `indexer`, `matcher` or `notifier`: `CLAIR_MODE` and the component label.
+    pub mode: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// The controller owner reference to the resource.
+    pub owner: OwnerReference,
+    pub spec: &'a ServiceSpec,
+}
+
+/// A validated, merged config, frozen into an immutable Secret that the pods mount. The
+/// pods never read the user's ConfigMap directly: an invalid edit to it cannot reach a
+/// running or restarting pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigSnapshot {
+    pub hash: String,
+    /// The merged config as JSON (Clair reads `.json` files whose first byte is `{`).
+    pub json: String,
+}
+
+impl ConfigSnapshot {
+    /// The Secret's name: the resource's name and the config hash.
+    pub fn secret_name(&self, resource: &str) -> String {
+        snapshot_name(resource, &self.hash)
+    }
+}
+
+pub fn snapshot_name(resource: &str, hash: &str) -> String {
+    format!("{resource}-config-{}", &hash[..hash.len().min(10)])
+}
+
+/// `http://NAME.NAMESPACE.svc:6060`: the address other Clair services use.
+pub fn url(name: &str, namespace: &str) -> String {
+    format!("http://{name}.{namespace}.svc:{API_PORT}")
+}
+
+fn metadata(input: &ServiceInput, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(input.namespace.to_string()),
+        labels: Some(labels::all(input.name, input.mode)),
+        owner_references: Some(vec![input.owner.clone()]),
+        ..Default::default()
+    }
+}
+
+pub fn config_secret(input: &ServiceInput, snapshot: &ConfigSnapshot) -> Secret {
+    let mut meta = metadata(input, snapshot.secret_name(input.name));
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.insert(SNAPSHOT_HASH.to_string(), snapshot.hash.clone());
+    }
+    Secret {
+        metadata: meta,
+        immutable: Some(true),
+        data: Some(BTreeMap::from([(
+            CONFIG_FILE.to_string(),
+            ByteString(snapshot.json.clone().into_bytes()),
+        )])),
+        type_: Some("Opaque".to_string()),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String("introspection".to_string()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+fn scratch_volume(spec: &ServiceSpec) -> Volume {
+    let scratch = spec.pod.scratch.clone().unwrap_or_default();
+    let size = scratch
+        .size
+        .unwrap_or_else(|| Quantity(DEFAULT_SCRATCH.to_string()));
+    match scratch.storage_class_name {
+        Some(class) => Volume {
+            name: "scratch".to_string(),
+            ephemeral: Some(EphemeralVolumeSource {
+                volume_claim_template: Some(PersistentVolumeClaimTemplate {
+                    metadata: None,
+                    spec: PersistentVolumeClaimSpec {
+                        access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+                        storage_class_name: Some(class),
+                        resources: Some(VolumeResourceRequirements {
+                            requests: Some(BTreeMap::from([("storage".to_string(), size)])),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                }),
+            }),
+            ..Default::default()
+        },
+        None => Volume {
+            name: "scratch".to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(size),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+/// The Deployment running `snapshot`'s config. Without autoscaling it carries
+/// `spec.replicas`; with it, the replica count is left to the HorizontalPodAutoscaler.
+pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str) -> Deployment {
+    let spec = input.spec;
+    let pod = &spec.pod;
+    let mut env = vec![
+        EnvVar {
+            name: "CLAIR_MODE".to_string(),
+            value: Some(input.mode.to_string()),
+            ..Default::default()
+        },
+        EnvVar {
+            name: "CLAIR_CONF".to_string(),
+            value: Some(format!("{CONFIG_DIR}/{CONFIG_FILE}")),
+            ..Default::default()
+        },
+    ];
+    env.extend(
+        pod.env
+            .iter()
+            .filter(|e| e.name != "CLAIR_MODE" && e.name != "CLAIR_CONF")
+            .cloned(),
+    );
+    let container = Container {
+        name: "clair".to_string(),
+        image: Some(
+            spec.image
+                .clone()
+                .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
+        ),
+        env: Some(env),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("api".to_string()),
+                container_port: API_PORT,
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("introspection".to_string()),
+                container_port: INTROSPECTION_PORT,
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            },
+        ]),
+        // Migrations can make a first start slow: allow five minutes before liveness counts.
+        startup_probe: Some(probe("/readyz", 5, 60)),
+        readiness_probe: Some(probe("/readyz", 10, 3)),
+        liveness_probe: Some(probe("/healthz", 20, 3)),
+        resources: pod.resources.clone(),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "config".to_string(),
+                mount_path: CONFIG_DIR.to_string(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "scratch".to_string(),
+                mount_path: "/var/tmp".to_string(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    let selector = labels::selector(input.name, input.mode);
+    let mut template_labels = labels::all(input.name, input.mode);
+    template_labels.extend(selector.clone());
+    let non_empty = |map: &BTreeMap<String, String>| (!map.is_empty()).then(|| map.clone());
+    Deployment {
+        metadata: metadata(input, input.name.to_string()),
+        spec: Some(DeploymentSpec {
+            replicas: spec.autoscaling.is_none().then_some(spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    annotations: Some(BTreeMap::from([(
+                        CONFIG_HASH.to_string(),
+                        config_hash.to_string(),
+                    )])),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_string(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    volumes: Some(vec![
+                        Volume {
+                            name: "config".to_string(),
+                            secret: Some(SecretVolumeSource {
+                                secret_name: Some(snapshot_secret.to_string()),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                        scratch_volume(spec),
+                    ]),
+                    node_selector: non_empty(&pod.node_selector),
+                    tolerations: non_empty_vec(&pod.tolerations),
+                    affinity: pod.affinity.clone(),
+                    topology_spread_constraints: non_empty_vec(&pod.topology_spread_constraints),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn service(input: &ServiceInput) -> Service {
+    let port = |name: &str, number: i32| ServicePort {
+        name: Some(name.to_string()),
+        port: number,
+        target_port: Some(IntOrString::String(name.to_string())),
+        protocol: Some("TCP".to_string()),
+        ..Default::default()
+    };
+    Service {
+        metadata: metadata(input, input.name.to_string()),
+        spec: Some(KubeServiceSpec {
+            selector: Some(labels::selector(input.name, input.mode)),
+            ports: Some(vec![
+                port("api", API_PORT),
+                port("introspection", INTROSPECTION_PORT),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The HorizontalPodAutoscaler, when `spec.autoscaling` is set.
+pub fn autoscaler(input: &ServiceInput) -> Option<HorizontalPodAutoscaler> {
+    let autoscaling = input.spec.autoscaling.as_ref()?;
+    let utilization = |resource: &str, target: Option<i32>| {
+        target.map(|percent| MetricSpec {
+            type_: "Resource".to_string(),
+            resource: Some(ResourceMetricSource {
+                name: resource.to_string(),
+                target: MetricTarget {
+                    type_: "Utilization".to_string(),
+                    average_utilization: Some(percent),
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        })
+    };
+    let metrics: Vec<MetricSpec> =
+        utilization("cpu", autoscaling.target_cpu_utilization_percentage)
+            .into_iter()
+            .chain(utilization(
+                "memory",
+                autoscaling.target_memory_utilization_percentage,
+            ))
+            .chain(autoscaling.metrics.iter().cloned())
+            .collect();
+    Some(HorizontalPodAutoscaler {
+        metadata: metadata(input, input.name.to_string()),
+        spec: Some(HorizontalPodAutoscalerSpec {
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".to_string()),
+                kind: "Deployment".to_string(),
+                name: input.name.to_string(),
+            },
+            min_replicas: Some(autoscaling.min_replicas.unwrap_or(1)),
+            max_replicas: autoscaling.max_replicas,
+            metrics: (!metrics.is_empty()).then_some(metrics),
+            behavior: autoscaling.behavior.clone(),
+        }),
+        ..Default::default()
+    })
+}
+
+/// At most one pod of the service down at a time through voluntary disruptions (drains).
+pub fn disruption_budget(input: &ServiceInput) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: metadata(input, input.name.to_string()),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(labels::selector(input.name, input.mode)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The fewest ready pods that are not degraded, for `wanted` replicas: one less than wanted
+/// (the budget's one voluntary disruption), and never none while any is wanted.
+pub fn min_available(wanted: i32) -> i32 {
+    if wanted <= 0 { 0 } else { (wanted - 1).max(1) }
+}
+
+/// `monitoring.coreos.com/v1` ServiceMonitor scraping the introspection port.
+pub fn service_monitor_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
+        "servicemonitors",
+    )
+}
+
+pub fn service_monitor(input: &ServiceInput) -> DynamicObject {
+    let resource = service_monitor_resource();
+    let mut object = DynamicObject::new(input.name, &resource);
+    object.metadata = metadata(input, input.name.to_string());
+    object.data = json!({
+        "spec": {
+            "selector": {"matchLabels": labels::selector(input.name, input.mode)},
+            "endpoints": [{"port": "introspection", "path": "/metrics"}]
+        }
+    });
+    object
+}
+
+fn non_empty_vec<T: Clone>(items: &[T]) -> Option<Vec<T>> {
+    (!items.is_empty()).then(|| items.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::{Autoscaling, ConfigSource, ConfigSpec, KeyReference, ScratchVolume};
+
+    fn spec() -> ServiceSpec {
+        ServiceSpec {
+            image: None,
+            config: ConfigSpec {
+                root: ConfigSource {
+                    config_map: Some(KeyReference {
+                        name: "c".into(),
+                        key: "config.yaml".into(),
+                    }),
+                    secret: None,
+                },
+                dropins: vec![],
+            },
+            replicas: 2,
+            autoscaling: None,
+            pod: Default::default(),
+        }
+    }
+
+    fn input(spec: &ServiceSpec) -> ServiceInput<'_> {
+        ServiceInput {
+            mode: "matcher",
+            name: "m",
+            namespace: "ns",
+            owner: OwnerReference {
+                api_version: "clair.projectquay.io/v1alpha1".into(),
+                kind: "Matcher".into(),
+                name: "m".into(),
+                uid: "u-1".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+            spec,
+        }
+    }
+
+    #[test]
+    fn the_deployment_runs_the_mode_with_the_snapshot_and_a_restricted_pod() {
+        let spec = spec();
+        let d = deployment(&input(&spec), "m-config-abc", "abc");
+        let ds = d.spec.as_ref().unwrap();
+        assert_eq!(ds.replicas, Some(2));
+        let template = &ds.template;
+        assert_eq!(
+            template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .annotations
+                .as_ref()
+                .unwrap()[CONFIG_HASH],
+            "abc"
+        );
+        let pod = template.spec.as_ref().unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some(DEFAULT_IMAGE));
+        let env: Vec<(String, String)> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        assert!(env.contains(&("CLAIR_MODE".into(), "matcher".into())));
+        assert!(env.contains(&("CLAIR_CONF".into(), "/config/config.json".into())));
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(
+            (
+                sc.allow_privilege_escalation,
+                sc.read_only_root_filesystem,
+                sc.run_as_non_root
+            ),
+            (Some(false), Some(true), Some(true))
+        );
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        assert_eq!(
+            pod.security_context
+                .as_ref()
+                .unwrap()
+                .seccomp_profile
+                .as_ref()
+                .unwrap()
+                .type_,
+            "RuntimeDefault"
+        );
+        assert_eq!(
+            c.readiness_probe
+                .as_ref()
+                .unwrap()
+                .http_get
+                .as_ref()
+                .unwrap()
+                .path
+                .as_deref(),
+            Some("/readyz")
+        );
+        assert_eq!(
+            c.liveness_probe
+                .as_ref()
+                .unwrap()
+                .http_get
+                .as_ref()
+                .unwrap()
+                .path
+                .as_deref(),
+            Some("/healthz")
+        );
+        let volumes = pod.volumes.as_ref().unwrap();
+        assert_eq!(
+            volumes[0].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("m-config-abc")
+        );
+        assert_eq!(
+            volumes[1].empty_dir.as_ref().unwrap().size_limit,
+            Some(Quantity("10Gi".into()))
+        );
+        // The selector is a subset of the template's labels.
+        for (k, v) in ds.selector.match_labels.as_ref().unwrap() {
+            assert_eq!(
+                template
+                    .metadata
+                    .as_ref()
+                    .unwrap()
+                    .labels
+                    .as_ref()
+                    .unwrap()
+                    .get(k),
+                Some(v)
+            );
+        }
+    }
+
+    #[test]
+    fn autoscaling_hands_replicas_to_the_autoscaler() {
+        let mut spec = spec();
+        spec.autoscaling = Some(Autoscaling {
+            min_replicas: Some(2),
+            max_replicas: 5,
+            target_cpu_utilization_percentage: Some(70),
+            ..Default::default()
+        });
+        let input = input(&spec);
+        assert_eq!(deployment(&input, "s", "h").spec.unwrap().replicas, None);
+        let hpa = autoscaler(&input).expect("an autoscaler");
+        let hs = hpa.spec.unwrap();
+        assert_eq!((hs.min_replicas, hs.max_replicas), (Some(2), 5));
+        assert_eq!(hs.scale_target_ref.name, "m");
+        assert_eq!(
+            hs.metrics.unwrap()[0]
+                .resource
+                .as_ref()
+                .unwrap()
+                .target
+                .average_utilization,
+            Some(70)
+        );
+        spec.autoscaling = None;
+    }
+
+    #[test]
+    fn a_scratch_class_asks_for_an_ephemeral_claim() {
+        let mut spec = spec();
+        spec.pod.scratch = Some(ScratchVolume {
+            size: Some(Quantity("50Gi".into())),
+            storage_class_name: Some("fast".into()),
+        });
+        let d = deployment(&input(&spec), "s", "h");
+        let volumes = d.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+        let claim = volumes[1]
+            .ephemeral
+            .as_ref()
+            .unwrap()
+            .volume_claim_template
+            .as_ref()
+            .unwrap();
+        assert_eq!(claim.spec.storage_class_name.as_deref(), Some("fast"));
+    }
+
+    #[test]
+    fn snapshots_are_immutable_and_named_by_hash() {
+        let spec = spec();
+        let snapshot = ConfigSnapshot {
+            hash: "0123456789abcdef".into(),
+            json: "{}".into(),
+        };
+        let secret = config_secret(&input(&spec), &snapshot);
+        assert_eq!(secret.metadata.name.as_deref(), Some("m-config-0123456789"));
+        assert_eq!(secret.immutable, Some(true));
+        assert_eq!(url("m", "ns"), "http://m.ns.svc:6060");
+        assert_eq!(
+            (
+                min_available(0),
+                min_available(1),
+                min_available(2),
+                min_available(5)
+            ),
+            (0, 1, 1, 4)
+        );
+    }
+}
