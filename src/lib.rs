@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod clairconfig;
+pub mod controller;
 pub mod crdgen;
 pub mod machine;
 pub mod render;

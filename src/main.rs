@@ -1,11 +1,11 @@
-//! The `clair-operator` command: the controller and webhooks (later), and the generators of
+//! The `clair-operator` command: the controllers (`run`), and the generators of
 //! `crds/` and `state-diagrams/`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clair_operator::crdgen;
 use clair_operator::machine::diagram;
+use clair_operator::{controller, crdgen};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -21,6 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controllers against the cluster of the current kubeconfig (or the pod's
+    /// service account), until SIGTERM or Ctrl-C.
+    Run,
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD.
     Crds {
         /// Write `<crd name>.yaml` files into this folder instead of printing.
@@ -44,6 +47,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run => run(),
         Command::Crds { out, check } => crds(out, check),
         Command::Diagrams { out, check } => diagrams(out, check),
     };
@@ -83,4 +87,43 @@ fn diagrams(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> 
         println!("%% {}\n{}", file.file_name, file.text);
     }
     Ok(())
+}
+
+fn run() -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+        tracing::info!("clair-operator starting");
+        controller::run(client, async {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+        })
+        .await;
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
 }

@@ -44,6 +44,8 @@ pub trait ClairService {
     const MODE: &'static str;
     /// The shared part of the spec.
     fn service_spec(&self) -> &ServiceSpec;
+    /// The status, once written.
+    fn service_status(&self) -> Option<&ServiceStatus>;
 }
 
 /// Declares one service kind: the spec wraps [`ServiceSpec`], so the schema and the Rust
@@ -91,6 +93,9 @@ macro_rules! service_kind {
             const MODE: &'static str = $mode;
             fn service_spec(&self) -> &ServiceSpec {
                 &self.spec.service
+            }
+            fn service_status(&self) -> Option<&ServiceStatus> {
+                self.status.as_ref()
             }
         }
     };

@@ -36,6 +36,9 @@ pub struct Replicas {
     pub ready: i32,
     /// The disruption budget's floor: fewer ready pods than this is degraded.
     pub min_available: i32,
+    /// Ready pods at the previous observation (the resource's `status.readyReplicas`): a
+    /// shortfall after a loss of ready pods is a failure, one while new pods start is not.
+    pub previous_ready: i32,
 }
 
 impl Replicas {
@@ -73,6 +76,9 @@ pub struct ServiceSnapshot {
 }
 
 /// The classes of observation, in priority order: the first that matches wins.
+/// `BelowMinimum` is a fresh loss of ready pods under the disruption budget's floor;
+/// `ShortOfMinimum` is being under it without a fresh loss (new pods starting after a
+/// scale-up, or still short after a loss), which only a Degraded resource stays Degraded on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ServiceClass {
     ConfigMissing,
@@ -82,6 +88,7 @@ pub enum ServiceClass {
     RolloutFailed,
     RolloutProgressing,
     BelowMinimum,
+    ShortOfMinimum,
     ReplicasMoving,
     Settled,
 }
@@ -92,7 +99,8 @@ impl ObservationClass for ServiceClass {
         ServiceClass::ConfigMissing, ServiceClass::ConfigInvalid,
         ServiceClass::DatabaseUnreachable, ServiceClass::WorkloadAbsent,
         ServiceClass::RolloutFailed, ServiceClass::RolloutProgressing,
-        ServiceClass::BelowMinimum, ServiceClass::ReplicasMoving, ServiceClass::Settled,
+        ServiceClass::BelowMinimum, ServiceClass::ShortOfMinimum, ServiceClass::ReplicasMoving,
+        ServiceClass::Settled,
     ];
 
     // Before a workload ever ran (Pending, ConfigValid, DatabaseReady) a problem holds the
@@ -107,6 +115,7 @@ impl ObservationClass for ServiceClass {
         (ServiceClass::RolloutFailed,       [Degraded,     Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded]),
         (ServiceClass::RolloutProgressing,  [Deploying,    Deploying,     Deploying,     Deploying,     Deploying, Deploying, Deploying]),
         (ServiceClass::BelowMinimum,        [Degraded,     Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded]),
+        (ServiceClass::ShortOfMinimum,      [Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Degraded]),
         (ServiceClass::ReplicasMoving,      [Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Scaling]),
         (ServiceClass::Settled,             [Available,    Available,     Available,     Available,     Available, Available, Available]),
     ];
@@ -120,6 +129,7 @@ impl ObservationClass for ServiceClass {
             ServiceClass::RolloutFailed => "RolloutFailed",
             ServiceClass::RolloutProgressing => "RolloutProgressing",
             ServiceClass::BelowMinimum => "BelowMinimum",
+            ServiceClass::ShortOfMinimum => "ShortOfMinimum",
             ServiceClass::ReplicasMoving => "ReplicasMoving",
             ServiceClass::Settled => "Settled",
         }
@@ -137,7 +147,11 @@ pub fn classify(snapshot: &ServiceSnapshot) -> ServiceClass {
             Rollout::DeadlineExceeded { .. } => ServiceClass::RolloutFailed,
             Rollout::Progressing => ServiceClass::RolloutProgressing,
             Rollout::Complete if replicas.ready < replicas.min_available => {
-                ServiceClass::BelowMinimum
+                if replicas.ready < replicas.previous_ready {
+                    ServiceClass::BelowMinimum
+                } else {
+                    ServiceClass::ShortOfMinimum
+                }
             }
             Rollout::Complete if replicas.moving() => ServiceClass::ReplicasMoving,
             Rollout::Complete => ServiceClass::Settled,
@@ -296,6 +310,8 @@ fn blocking_reason(class: ServiceClass, phase: Phase) -> Reason {
         ServiceClass::WorkloadAbsent => Reason::NotDeployed,
         ServiceClass::RolloutFailed => Reason::ProgressDeadlineExceeded,
         ServiceClass::BelowMinimum => Reason::BelowMinimumAvailable,
+        ServiceClass::ShortOfMinimum if phase == Degraded => Reason::BelowMinimumAvailable,
+        ServiceClass::ShortOfMinimum => Reason::ReplicasChanging,
         ServiceClass::RolloutProgressing => Reason::RolloutInProgress,
         ServiceClass::ReplicasMoving => Reason::ReplicasChanging,
         ServiceClass::Settled => Reason::AllReplicasReady,

@@ -35,6 +35,7 @@ fn present(rollout: Rollout, spec: i32, current: i32, ready: i32) -> Workload {
             current,
             ready,
             min_available: 1,
+            previous_ready: current,
         },
     }
 }
@@ -97,6 +98,21 @@ fn service_example(class: ServiceClass) -> ServiceSnapshot {
         ServiceClass::BelowMinimum => {
             service_snapshot(valid(), reachable, present(Rollout::Complete, 2, 2, 0))
         }
+        ServiceClass::ShortOfMinimum => service_snapshot(
+            valid(),
+            reachable,
+            Workload::Present {
+                rollout: Rollout::Complete,
+                replicas: Replicas {
+                    spec: 3,
+                    autoscaler: None,
+                    current: 3,
+                    ready: 0,
+                    min_available: 2,
+                    previous_ready: 0,
+                },
+            },
+        ),
         ServiceClass::ReplicasMoving => {
             service_snapshot(valid(), reachable, present(Rollout::Complete, 4, 2, 2))
         }
@@ -486,14 +502,16 @@ fn workload_strategy() -> impl Strategy<Value = Workload> {
         0..6i32,
         0..6i32,
         0..3i32,
+        0..6i32,
     )
         .prop_map(
-            |(spec, autoscaler, current, ready, min_available)| Replicas {
+            |(spec, autoscaler, current, ready, min_available, previous_ready)| Replicas {
                 spec,
                 autoscaler,
                 current,
                 ready: ready.min(current),
                 min_available,
+                previous_ready,
             },
         );
     prop_oneof![

@@ -53,6 +53,19 @@ pub struct ControlPlane {
 }
 
 const ADMIN: &str = "admin";
+/// The identity the operator runs as in tests and local runs (group `system:masters`), so
+/// the audit log tells its requests apart from everyone else's.
+pub const OPERATOR: &str = "clair-operator";
+
+const AUDIT_POLICY: &str = r#"{
+  "apiVersion": "audit.k8s.io/v1",
+  "kind": "Policy",
+  "omitStages": ["RequestReceived"],
+  "rules": [
+    {"level": "None", "verbs": ["get", "list", "watch"]},
+    {"level": "Metadata"}
+  ]
+}"#;
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl ControlPlane {
@@ -89,18 +102,26 @@ impl ControlPlane {
         ] {
             write(&dir.join(name), text)?;
         }
-        let mut tokens = vec![(ADMIN.to_string(), random_token()?)];
+        let mut tokens = vec![
+            (ADMIN.to_string(), random_token()?),
+            (OPERATOR.to_string(), random_token()?),
+        ];
         for user in &options.users {
             tokens.push((user.clone(), random_token()?));
         }
         let csv: String = tokens
             .iter()
             .map(|(user, token)| {
-                let groups = if user == ADMIN { "system:masters" } else { "" };
+                let groups = if user == ADMIN || user == OPERATOR {
+                    "system:masters"
+                } else {
+                    ""
+                };
                 format!("{token},{user},{user},\"{groups}\"\n")
             })
             .collect();
         write(&dir.join("tokens.csv"), &csv)?;
+        write(&dir.join("audit-policy.json"), AUDIT_POLICY)?;
         std::fs::create_dir_all(dir.join("logs")).map_err(io_error("create logs folder"))?;
         Ok(Self {
             binaries,
@@ -174,6 +195,10 @@ impl ControlPlane {
                 "--endpoint-reconciler-type=none".into(),
                 "--enable-priority-and-fairness=false".into(),
                 "--profiling=false".into(),
+                // Every write, one JSON line each: tests count who wrote what.
+                format!("--audit-policy-file={}", path("audit-policy.json")),
+                format!("--audit-log-path={}", path("logs/audit.log")),
+                "--audit-log-format=json".into(),
             ],
         )?;
         let client = self.client().await?;
@@ -201,8 +226,6 @@ impl ControlPlane {
                 format!("--service-account-private-key-file={}", path("sa.key")),
                 format!("--root-ca-file={}", path("ca.crt")),
                 "--use-service-account-credentials=false".into(),
-                // Fast enough for tests that make a node NotReady.
-                "--node-monitor-grace-period=20s".into(),
             ],
         )?;
         self.spawn(
@@ -351,6 +374,11 @@ impl ControlPlane {
     /// The kubeconfig file of `user` (`admin`, or one of [`Options::users`]).
     pub fn kubeconfig_path(&self, user: &str) -> PathBuf {
         self.dir.join(format!("{user}.kubeconfig"))
+    }
+
+    /// The audit log: one JSON line per write request (reads are not logged).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("logs/audit.log")
     }
 
     /// The admin's kubeconfig (group `system:masters`).

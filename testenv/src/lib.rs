@@ -10,7 +10,7 @@ mod pki;
 mod process;
 
 pub use binaries::Binaries;
-pub use controlplane::{ControlPlane, Options};
+pub use controlplane::{ControlPlane, OPERATOR, Options};
 
 /// Why the control plane could not be had. Each message says what to do about it.
 #[derive(Debug, thiserror::Error)]

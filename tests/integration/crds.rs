@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use clair_operator::api::{Clair, Indexer, Matcher, Notifier, Phase, ServiceStatus};
+use clair_operator::api::{Clair, Indexer, Matcher, Notifier};
 use clair_operator::crdgen;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -369,25 +369,20 @@ pub async fn kubectl_scale_changes_spec_replicas(env: &TestEnv) -> anyhow::Resul
         "spec": service_spec(json!({}))
     }))?;
     api.create(&PostParams::default(), &indexer).await?;
-    // What the controller will publish, so autoscalers and `kubectl scale` can read it.
-    let status = ServiceStatus {
-        phase: Some(Phase::Available),
-        replicas: 1,
-        ready_replicas: 1,
-        selector: Some("app.kubernetes.io/instance=scaled".into()),
-        ..Default::default()
-    };
-    api.patch_status(
-        "scaled",
-        &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Apply(json!({
-            "apiVersion": Indexer::api_version(&()),
-            "kind": Indexer::kind(&()),
-            "status": status
-        })),
-    )
+    // The operator publishes the selector the scale subresource reads (the resource stays
+    // Pending: its ConfigMap does not exist).
+    eventually(Duration::from_secs(30), "status.selector", || {
+        let api = api.clone();
+        async move {
+            Ok(api
+                .get("scaled")
+                .await?
+                .status
+                .and_then(|s| s.selector)
+                .is_some())
+        }
+    })
     .await?;
-
     let out = env.kubectl_ok(&ns, &["scale", "indexer", "scaled", "--replicas", "3"])?;
     ensure!(out.contains("scaled"), "kubectl scale said: {out}");
     let after = api.get("scaled").await?;
@@ -400,14 +395,15 @@ pub async fn kubectl_scale_changes_spec_replicas(env: &TestEnv) -> anyhow::Resul
     let scale_status = scale.status.context("scale has no status")?;
     ensure!(scale.spec.and_then(|s| s.replicas) == Some(3));
     ensure!(
-        scale_status.replicas == 1,
+        scale_status.replicas == 0,
         "scale status replicas {}",
         scale_status.replicas
     );
+    let selector = scale_status.selector.unwrap_or_default();
     ensure!(
-        scale_status.selector.as_deref() == Some("app.kubernetes.io/instance=scaled"),
-        "scale selector {:?}",
-        scale_status.selector
+        selector.contains("app.kubernetes.io/instance=scaled")
+            && selector.contains("app.kubernetes.io/component=indexer"),
+        "scale selector {selector:?}"
     );
     // The short name works too.
     let out = env.kubectl_ok(&ns, &["scale", "cidx", "scaled", "--replicas", "0"])?;

@@ -3,6 +3,7 @@
 //! namespace, and stops the control plane whether the tests passed or not.
 
 mod crds;
+mod services;
 mod support;
 
 use std::process::ExitCode;
@@ -12,7 +13,9 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use support::TestEnv;
 
 fn main() -> ExitCode {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    // The tests mostly wait on the cluster: run more of them at once than there are cores.
+    args.test_threads.get_or_insert(8);
     let tests = registry();
     if args.list {
         let trials = tests
@@ -76,5 +79,11 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         crds::kubectl_explain_shows_descriptions,
         crds::kubectl_scale_changes_spec_replicas,
         crds::printer_columns_show_phase_and_readiness,
+        services::services_reach_available_with_their_pods_ready,
+        services::a_config_change_rolls_and_an_invalid_one_does_not,
+        services::scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling,
+        services::failing_pods_degrade_and_recovery_restores_available,
+        services::drift_is_reverted_and_deletion_removes_everything,
+        services::twenty_available_resources_make_no_writes_when_idle,
     ]
 }

@@ -5,17 +5,89 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clair_operator::crdgen;
-use clair_testenv::{ControlPlane, Options};
+use clair_operator::{controller, crdgen};
+use clair_testenv::{ControlPlane, OPERATOR, Options};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 
 pub const FIELD_MANAGER: &str = "clair-operator-tests";
 
 pub struct TestEnv {
+    // Held for its Drop; declared first so it stops before the control plane does.
+    _operator: Operator,
     pub plane: ControlPlane,
+}
+
+/// The operator's controllers, run in this process on a thread of their own, as the
+/// `clair-operator` user.
+struct Operator {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Operator {
+    fn start(plane: &ControlPlane) -> anyhow::Result<Self> {
+        let kubeconfig = Kubeconfig::read_from(plane.kubeconfig_path(OPERATOR))?;
+        let log = std::fs::File::create(plane.dir().join("logs/operator.log"))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("operator".into())
+            .spawn(move || {
+                let _ = tracing_subscriber::fmt()
+                    .with_env_filter(
+                        tracing_subscriber::EnvFilter::try_from_default_env()
+                            .unwrap_or_else(|_| "info,clair_operator=debug".into()),
+                    )
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(log))
+                    .try_init();
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => return eprintln!("operator: cannot start a runtime: {e}"),
+                };
+                runtime.block_on(async move {
+                    let config = match kube::Config::from_custom_kubeconfig(
+                        kubeconfig,
+                        &KubeConfigOptions::default(),
+                    )
+                    .await
+                    {
+                        Ok(config) => config,
+                        Err(e) => return eprintln!("operator: kubeconfig: {e}"),
+                    };
+                    let client = match Client::try_from(config) {
+                        Ok(client) => client,
+                        Err(e) => return eprintln!("operator: client: {e}"),
+                    };
+                    controller::run(client, async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+                });
+            })?;
+        Ok(Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl TestEnv {
@@ -27,7 +99,11 @@ impl TestEnv {
             plane.server(),
             plane.dir().display()
         );
-        let env = Self { plane };
+        let operator = Operator::start(&plane)?;
+        let env = Self {
+            _operator: operator,
+            plane,
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

@@ -1,0 +1,72 @@
+//! The controllers: observe (reads) → decide (the machine, pure) → render (pure builders) →
+//! apply (server-side apply, skipped when unchanged; unwanted owned objects deleted) →
+//! status (one write, only when it changed) and an Event on each transition.
+
+pub mod apply;
+pub mod capabilities;
+pub mod observe;
+pub mod service;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+/// The one field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "clair-operator";
+
+/// Errors of one reconcile; each has a reason for logs and metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot serialize an object: {0}")]
+    Serialize(serde_json::Error),
+    #[error("the resource has no {0}")]
+    MissingField(&'static str),
+}
+
+impl Error {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "ApiError",
+            Error::Serialize(_) => "SerializeError",
+            Error::MissingField(_) => "MissingField",
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub capabilities: capabilities::Capabilities,
+}
+
+impl Context {
+    pub fn new(client: Client) -> Arc<Self> {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Arc::new(Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            capabilities: capabilities::Capabilities::new(client.clone()),
+            client,
+        })
+    }
+}
+
+/// Runs the controllers of the three service kinds until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let context = Context::new(client);
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    futures::join!(
+        service::run::<crate::api::Indexer>(context.clone(), shutdown.clone()),
+        service::run::<crate::api::Matcher>(context.clone(), shutdown.clone()),
+        service::run::<crate::api::Notifier>(context, shutdown),
+    );
+}

@@ -1,0 +1,215 @@
+//! Reads only: the config a resource references and the state of its workload, turned into
+//! the observations the machines take.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::api::Api;
+
+use super::Error;
+use crate::api::{ConfigSource, ConfigSpec};
+use crate::clairconfig::{self, Document, Mode};
+use crate::machine::observation::ConfigObservation;
+use crate::machine::service::{Replicas, Rollout, Workload};
+use crate::render::service::{ConfigSnapshot, min_available};
+
+/// Reads one referenced key. `Ok(Err(what))` names what is missing.
+async fn read_source(
+    client: &Client,
+    namespace: &str,
+    source: &ConfigSource,
+) -> Result<Result<Document, String>, Error> {
+    if let Some(reference) = &source.config_map {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let name = format!("ConfigMap {}", reference.name);
+        let Some(object) = api.get_opt(&reference.name).await? else {
+            return Ok(Err(format!("{name} does not exist")));
+        };
+        let text = object
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&reference.key))
+            .cloned()
+            .or_else(|| {
+                object
+                    .binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(&reference.key))
+                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            });
+        return Ok(match text {
+            Some(text) => Ok(Document {
+                name: format!("{name} key {}", reference.key),
+                key: reference.key.clone(),
+                text,
+            }),
+            None => Err(format!("{name} has no key {}", reference.key)),
+        });
+    }
+    if let Some(reference) = &source.secret {
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let name = format!("Secret {}", reference.name);
+        let Some(object) = api.get_opt(&reference.name).await? else {
+            return Ok(Err(format!("{name} does not exist")));
+        };
+        let bytes = object
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&reference.key))
+            .map(|b| b.0.clone())
+            .or_else(|| {
+                object
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(&reference.key))
+                    .map(|s| s.clone().into_bytes())
+            });
+        return Ok(match bytes {
+            Some(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Ok(Document {
+                    name: format!("{name} key {}", reference.key),
+                    key: reference.key.clone(),
+                    text,
+                }),
+                Err(_) => Err(format!("{name} key {} is not UTF-8 text", reference.key)),
+            },
+            None => Err(format!("{name} has no key {}", reference.key)),
+        });
+    }
+    Ok(Err(
+        "the config reference names neither a ConfigMap nor a Secret".into(),
+    ))
+}
+
+/// The config of a service: missing, invalid (with the field and reason), or valid with
+/// the snapshot the pods get.
+pub async fn config(
+    client: &Client,
+    namespace: &str,
+    spec: &ConfigSpec,
+    mode: Mode,
+) -> Result<(ConfigObservation, Option<ConfigSnapshot>), Error> {
+    let root = match read_source(client, namespace, &spec.root).await? {
+        Ok(document) => document,
+        Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
+    };
+    let mut dropins = Vec::with_capacity(spec.dropins.len());
+    for source in &spec.dropins {
+        match read_source(client, namespace, source).await? {
+            Ok(document) => dropins.push(document),
+            Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
+        }
+    }
+    Ok(judge(&root, &dropins, mode))
+}
+
+/// Merges and validates documents already read.
+pub fn judge(
+    root: &Document,
+    dropins: &[Document],
+    mode: Mode,
+) -> (ConfigObservation, Option<ConfigSnapshot>) {
+    let merged = match clairconfig::merge(root, dropins) {
+        Ok(merged) => merged,
+        Err(e) => {
+            return (
+                ConfigObservation::Invalid {
+                    message: e.to_string(),
+                },
+                None,
+            );
+        }
+    };
+    let errors: Vec<String> = clairconfig::validate(&merged.config, mode)
+        .into_iter()
+        .filter(|p| !p.warning)
+        .map(|p| p.to_string())
+        .collect();
+    if !errors.is_empty() {
+        return (
+            ConfigObservation::Invalid {
+                message: errors.join("; "),
+            },
+            None,
+        );
+    }
+    let hash = clairconfig::hash(&merged.config);
+    (
+        ConfigObservation::Valid { hash: hash.clone() },
+        Some(ConfigSnapshot {
+            hash,
+            json: merged.config.to_string(),
+        }),
+    )
+}
+
+/// Deployment condition reasons that mean a rollout is under way (the deployment
+/// controller leaves `NewReplicaSetAvailable` in place while only the replica count moves).
+const ROLLING: &[&str] = &[
+    "ReplicaSetUpdated",
+    "NewReplicaSetCreated",
+    "FoundNewReplicaSet",
+];
+
+/// The workload as its Deployment reports it. `autoscaled`: the replica count belongs to a
+/// HorizontalPodAutoscaler, which writes it into the Deployment. `previous_ready`: ready
+/// pods at the last observation. `template_pending`: the desired pod template differs from
+/// the running one, so a rollout starts with this reconcile's apply.
+pub fn workload(
+    deployment: Option<&Deployment>,
+    spec_replicas: i32,
+    autoscaled: bool,
+    previous_ready: i32,
+    template_pending: bool,
+) -> Workload {
+    let Some(deployment) = deployment else {
+        return Workload::Absent;
+    };
+    let status = deployment.status.clone().unwrap_or_default();
+    let progressing = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Progressing");
+    let rollout = match progressing {
+        Some(c) if c.reason.as_deref() == Some("ProgressDeadlineExceeded") => {
+            Rollout::DeadlineExceeded {
+                message: c.message.unwrap_or_default(),
+            }
+        }
+        Some(c)
+            if c.status == "True" && c.reason.as_deref().is_some_and(|r| ROLLING.contains(&r)) =>
+        {
+            Rollout::Progressing
+        }
+        _ if template_pending => Rollout::Progressing,
+        _ => Rollout::Complete,
+    };
+    let autoscaler = autoscaled
+        .then(|| deployment.spec.as_ref().and_then(|s| s.replicas))
+        .flatten();
+    let mut replicas = Replicas {
+        spec: spec_replicas,
+        autoscaler,
+        current: status.replicas.unwrap_or(0),
+        ready: status.ready_replicas.unwrap_or(0),
+        min_available: 0,
+        previous_ready,
+    };
+    replicas.min_available = min_available(replicas.wanted());
+    Workload::Present { rollout, replicas }
+}
+
+/// The config hash the Deployment's pod template carries, if any.
+pub fn running_hash(deployment: Option<&Deployment>) -> Option<String> {
+    deployment?
+        .spec
+        .as_ref()?
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(crate::render::service::CONFIG_HASH)
+        .cloned()
+}

@@ -1,0 +1,621 @@
+//! The service controllers on a real control plane with kwok nodes: resources reach
+//! Available with their pods Ready, config changes roll and invalid ones do not, scaling
+//! passes through Scaling, failing pods degrade, drift is reverted, deletion cleans up, and
+//! an idle operator makes no writes.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, ensure};
+use clair_operator::api::service::ClairService;
+use clair_operator::api::{DEFAULT_IMAGE, Indexer, Matcher, Notifier, Phase};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::support::{FIELD_MANAGER, TestEnv, eventually};
+
+const CONFIG: &str = "http_listen_addr: \":6060\"\nlog_level: info\nindexer:\n  connstring: host=db\nmatcher:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\nnotifier:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\n  matcher_addr: http://matcher:6060\n";
+const LONG: Duration = Duration::from_secs(90);
+
+fn selector(name: &str) -> String {
+    format!("app.kubernetes.io/instance={name}")
+}
+
+async fn config_map(env: &TestEnv, ns: &str, name: &str, text: &str) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await?, ns);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"config.yaml": text}});
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn indexer(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    let api: Api<Indexer> = Api::namespaced(env.client().await?, ns);
+    let mut full = json!({"config": {"root": {"configMap": {"name": "clair-config", "key": "config.yaml"}}}, "replicas": 1});
+    json_patch::merge(&mut full, &spec);
+    let object: Indexer = serde_json::from_value(json!({
+        "apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Indexer",
+        "metadata": {"name": name}, "spec": full
+    }))?;
+    api.create(&PostParams::default(), &object).await?;
+    Ok(())
+}
+
+/// Waits until the resource is in `phase` with `ready` ready replicas.
+async fn wait_for<K>(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    phase: Phase,
+    ready: i32,
+) -> anyhow::Result<K>
+where
+    K: ClairService
+        + Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(env.client().await?, ns);
+    eventually(LONG, &format!("{name} {phase} with {ready} ready"), || {
+        let api = api.clone();
+        async move {
+            let object = api.get(name).await?;
+            let status = object.service_status().cloned().unwrap_or_default();
+            anyhow::ensure!(
+                status.phase == Some(phase) && status.ready_replicas == ready,
+                "phase {:?}, {} ready, conditions {:?}",
+                status.phase,
+                status.ready_replicas,
+                status
+                    .conditions
+                    .iter()
+                    .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+                    .collect::<Vec<_>>()
+            );
+            Ok(true)
+        }
+    })
+    .await?;
+    Ok(api.get(name).await?)
+}
+
+fn condition(
+    status: &clair_operator::api::ServiceStatus,
+    type_: &str,
+) -> anyhow::Result<(String, String, String)> {
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .with_context(|| format!("no {type_} condition"))?;
+    Ok((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until an Event about `name` has a note starting with each of `prefixes`.
+async fn wait_for_events(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    prefixes: &[&str],
+) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(30),
+        &format!("events {prefixes:?} about {name}"),
+        || async move {
+            let notes = event_notes(env, ns, name).await?;
+            let missing: Vec<&&str> = prefixes
+                .iter()
+                .filter(|p| !notes.iter().any(|n| n.starts_with(**p)))
+                .collect();
+            anyhow::ensure!(missing.is_empty(), "missing {missing:?} among {notes:?}");
+            Ok(true)
+        },
+    )
+    .await
+}
+
+async fn event_notes(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<Event> = Api::namespaced(env.client().await?, ns);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+pub async fn services_reach_available_with_their_pods_ready(env: &TestEnv) -> anyhow::Result<()> {
+    let ns = env.namespace("services").await?;
+    let path = format!("{}/examples/services.yaml", env!("CARGO_MANIFEST_DIR"));
+    env.kubectl_ok(&ns, &["apply", "--server-side", "-f", &path])?;
+    let indexer: Indexer = wait_for(env, &ns, "indexer", Phase::Available, 2).await?;
+    let _: Matcher = wait_for(env, &ns, "matcher", Phase::Available, 2).await?;
+    let _: Notifier = wait_for(env, &ns, "notifier", Phase::Available, 1).await?;
+
+    let client = env.client().await?;
+    let status = indexer.status.clone().context("status")?;
+    ensure!(
+        status.url.as_deref() == Some(&*format!("http://indexer.{ns}.svc:6060")),
+        "url {:?}",
+        status.url
+    );
+    ensure!(status.observed_generation == indexer.meta().generation);
+    for (type_, want) in [
+        ("Ready", "True"),
+        ("ConfigValid", "True"),
+        ("Progressing", "False"),
+        ("Degraded", "False"),
+    ] {
+        let (got, reason, message) = condition(&status, type_)?;
+        ensure!(got == want, "{type_} is {got} ({reason}: {message})");
+        ensure!(
+            message.contains("docs/runbooks/"),
+            "{type_} message names no runbook"
+        );
+    }
+    // The selector published for the scale subresource selects the service's pods.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selected = pods
+        .list(&ListParams::default().labels(status.selector.as_deref().context("selector")?))
+        .await?;
+    ensure!(
+        selected.items.len() == 2,
+        "{} pods selected",
+        selected.items.len()
+    );
+
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get("indexer")
+        .await?;
+    let template = deployment.spec.context("spec")?.template;
+    let hash = template
+        .metadata
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get("clair.projectquay.io/config-hash").cloned());
+    ensure!(
+        hash == status.config_hash,
+        "template hash {hash:?}, status {:?}",
+        status.config_hash
+    );
+    let container = &template.spec.context("pod spec")?.containers[0];
+    ensure!(container.image.as_deref() == Some(DEFAULT_IMAGE));
+    ensure!(container.env.as_ref().is_some_and(|e| {
+        e.iter()
+            .any(|v| v.name == "CLAIR_MODE" && v.value.as_deref() == Some("indexer"))
+    }));
+
+    let service = Api::<Service>::namespaced(client.clone(), &ns)
+        .get("matcher")
+        .await?;
+    let ports: Vec<i32> = service
+        .spec
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    ensure!(ports == [6060, 8089], "matcher service ports {ports:?}");
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .get("notifier")
+        .await?;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
+    ensure!(
+        hpas.get_opt("matcher").await?.is_some(),
+        "the matcher autoscales"
+    );
+    ensure!(
+        hpas.get_opt("indexer").await?.is_none(),
+        "the indexer does not"
+    );
+
+    // Every transition is an Event, visible in kubectl describe.
+    wait_for_events(env, &ns, "indexer", &["Pending → "]).await?;
+    let described = env.kubectl_ok(&ns, &["describe", "indexer", "indexer"])?;
+    ensure!(
+        described.contains("Pending → ") && described.contains("Ready"),
+        "describe:\n{described}"
+    );
+    Ok(())
+}
+
+async fn pod_names(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<BTreeSet<String>> {
+    let pods: Api<Pod> = Api::namespaced(env.client().await?, ns);
+    Ok(pods
+        .list(&ListParams::default().labels(&selector(name)))
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect())
+}
+
+async fn replica_sets(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<usize> {
+    let api: Api<ReplicaSet> = Api::namespaced(env.client().await?, ns);
+    Ok(api
+        .list(&ListParams::default().labels(&selector(name)))
+        .await?
+        .items
+        .len())
+}
+
+pub async fn a_config_change_rolls_and_an_invalid_one_does_not(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("config").await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    indexer(env, &ns, "idx", json!({})).await?;
+    let first: Indexer = wait_for(env, &ns, "idx", Phase::Available, 1).await?;
+    let first_hash = first.status.and_then(|s| s.config_hash).context("hash")?;
+    ensure!(replica_sets(env, &ns, "idx").await? == 1);
+
+    // A valid change rolls a new ReplicaSet and the old snapshot goes once Available.
+    config_map(
+        env,
+        &ns,
+        "clair-config",
+        &CONFIG.replace("log_level: info", "log_level: debug"),
+    )
+    .await?;
+    let api: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
+    eventually(LONG, "a new config hash, Available", || {
+        let api = api.clone();
+        let first_hash = first_hash.clone();
+        async move {
+            let status = api.get("idx").await?.status.unwrap_or_default();
+            Ok(status.config_hash.is_some_and(|h| h != first_hash)
+                && status.phase == Some(Phase::Available)
+                && status.ready_replicas == 1)
+        }
+    })
+    .await?;
+    ensure!(
+        replica_sets(env, &ns, "idx").await? == 2,
+        "a config change rolls a new ReplicaSet"
+    );
+    let secrets: Api<Secret> = Api::namespaced(env.client().await?, &ns);
+    eventually(LONG, "one config snapshot left", || {
+        let secrets = secrets.clone();
+        async move {
+            Ok(secrets
+                .list(&ListParams::default().labels(&selector("idx")))
+                .await?
+                .items
+                .len()
+                == 1)
+        }
+    })
+    .await?;
+    let good = api.get("idx").await?.status.unwrap_or_default();
+    let pods_before = pod_names(env, &ns, "idx").await?;
+
+    // An invalid change: ConfigValid goes False naming the field; nothing rolls.
+    config_map(
+        env,
+        &ns,
+        "clair-config",
+        &format!("{CONFIG}indexr:\n  connstring: typo\n"),
+    )
+    .await?;
+    eventually(LONG, "ConfigValid=False", || {
+        let api = api.clone();
+        async move {
+            let status = api.get("idx").await?.status.unwrap_or_default();
+            Ok(status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "ConfigValid" && c.status == "False"))
+        }
+    })
+    .await?;
+    let bad = api.get("idx").await?.status.context("status")?;
+    let (_, reason, message) = condition(&bad, "ConfigValid")?;
+    ensure!(
+        reason == "ConfigInvalid" && message.contains("indexr: unknown key"),
+        "{reason}: {message}"
+    );
+    ensure!(bad.phase == Some(Phase::Degraded), "phase {:?}", bad.phase);
+    ensure!(
+        bad.config_hash == good.config_hash,
+        "the running config hash moved"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        replica_sets(env, &ns, "idx").await? == 2,
+        "an invalid config rolled a ReplicaSet"
+    );
+    ensure!(
+        pod_names(env, &ns, "idx").await? == pods_before,
+        "pods changed under an invalid config"
+    );
+    let template_hash = Api::<Deployment>::namespaced(env.client().await?, &ns)
+        .get("idx")
+        .await?
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get("clair.projectquay.io/config-hash").cloned());
+    ensure!(
+        template_hash == good.config_hash,
+        "the pod template changed"
+    );
+
+    // A missing ConfigMap holds a new resource in Pending and names what is missing.
+    indexer(
+        env,
+        &ns,
+        "orphan",
+        json!({"config": {"root": {"configMap": {"name": "nope"}}}}),
+    )
+    .await?;
+    eventually(LONG, "orphan Pending with ConfigMissing", || {
+        let api = api.clone();
+        async move {
+            let status = api.get("orphan").await?.status.unwrap_or_default();
+            Ok(status.phase == Some(Phase::Pending)
+                && status.conditions.iter().any(|c| {
+                    c.reason == "ConfigMissing"
+                        && c.message.contains("ConfigMap nope does not exist")
+                }))
+        }
+    })
+    .await?;
+    ensure!(
+        Api::<Deployment>::namespaced(env.client().await?, &ns)
+            .get_opt("orphan")
+            .await?
+            .is_none()
+    );
+
+    // Fixing the config brings it back.
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    wait_for::<Indexer>(env, &ns, "idx", Phase::Available, 1).await?;
+    Ok(())
+}
+
+pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("scaling").await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    indexer(env, &ns, "byhand", json!({})).await?;
+    wait_for::<Indexer>(env, &ns, "byhand", Phase::Available, 1).await?;
+    env.kubectl_ok(&ns, &["scale", "indexer", "byhand", "--replicas", "3"])?;
+    wait_for::<Indexer>(env, &ns, "byhand", Phase::Available, 3).await?;
+    wait_for_events(
+        env,
+        &ns,
+        "byhand",
+        &["Available → Scaling", "Scaling → Available"],
+    )
+    .await?;
+
+    // The autoscaler holds at least minReplicas, even without metrics.
+    indexer(
+        env,
+        &ns,
+        "auto",
+        json!({"autoscaling": {"minReplicas": 2, "maxReplicas": 4}}),
+    )
+    .await?;
+    wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 2).await?;
+    let api: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
+    api.patch(
+        "auto",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"autoscaling": {"minReplicas": 3}}})),
+    )
+    .await?;
+    wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 3).await?;
+    wait_for_events(env, &ns, "auto", &["Available → Scaling"]).await?;
+
+    // Without autoscaling the autoscaler goes and spec.replicas governs again.
+    api.patch(
+        "auto",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"autoscaling": null, "replicas": 1}})),
+    )
+    .await?;
+    wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 1).await?;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(env.client().await?, &ns);
+    eventually(LONG, "the autoscaler deleted", || {
+        let hpas = hpas.clone();
+        async move { Ok(hpas.get_opt("auto").await?.is_none()) }
+    })
+    .await
+}
+
+pub async fn failing_pods_degrade_and_recovery_restores_available(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("degrade").await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    indexer(env, &ns, "fragile", json!({"replicas": 2})).await?;
+    wait_for::<Indexer>(env, &ns, "fragile", Phase::Available, 2).await?;
+    let pods: Api<Pod> = Api::namespaced(env.client().await?, &ns);
+    // What a kubelet reports when the readiness probe fails.
+    for pod in pods
+        .list(&ListParams::default().labels(&selector("fragile")))
+        .await?
+    {
+        let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "ReadinessProbeFailed"}, {"type": "ContainersReady", "status": "False"}]}});
+        pods.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await?;
+    }
+    let degraded: Indexer = wait_for(env, &ns, "fragile", Phase::Degraded, 0).await?;
+    let (_, reason, _) = condition(degraded.status.as_ref().context("status")?, "Degraded")?;
+    ensure!(
+        reason == "BelowMinimumAvailable",
+        "Degraded because {reason}"
+    );
+    let api: Api<Event> = Api::namespaced(env.client().await?, &ns);
+    let warnings: Vec<Event> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect();
+    ensure!(
+        warnings
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("BelowMinimumAvailable")),
+        "no Warning event"
+    );
+
+    // New pods replace the failed ones and the service recovers.
+    pods.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels(&selector("fragile")),
+    )
+    .await?;
+    wait_for::<Indexer>(env, &ns, "fragile", Phase::Available, 2).await?;
+    Ok(())
+}
+
+pub async fn drift_is_reverted_and_deletion_removes_everything(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("drift").await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    indexer(env, &ns, "steady", json!({})).await?;
+    wait_for::<Indexer>(env, &ns, "steady", Phase::Available, 1).await?;
+    let client = env.client().await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    env.kubectl_ok(
+        &ns,
+        &[
+            "set",
+            "image",
+            "deployment/steady",
+            "clair=quay.io/someone/else:1",
+        ],
+    )?;
+    eventually(LONG, "the image reverted", || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get("steady").await?;
+            Ok(d.spec
+                .and_then(|s| s.template.spec)
+                .is_some_and(|p| p.containers[0].image.as_deref() == Some(DEFAULT_IMAGE)))
+        }
+    })
+    .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    services.delete("steady", &DeleteParams::default()).await?;
+    eventually(LONG, "the Service recreated", || {
+        let services = services.clone();
+        async move {
+            Ok(services
+                .get_opt("steady")
+                .await?
+                .is_some_and(|s| s.metadata.deletion_timestamp.is_none()))
+        }
+    })
+    .await?;
+
+    Api::<Indexer>::namespaced(client.clone(), &ns)
+        .delete("steady", &DeleteParams::default())
+        .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    eventually(LONG, "every owned object garbage-collected", || {
+        let (deployments, services, secrets, budgets) = (
+            deployments.clone(),
+            services.clone(),
+            secrets.clone(),
+            budgets.clone(),
+        );
+        async move {
+            let lp = ListParams::default().labels(&selector("steady"));
+            Ok(deployments.list(&lp).await?.items.is_empty()
+                && services.list(&lp).await?.items.is_empty()
+                && secrets.list(&lp).await?.items.is_empty()
+                && budgets.list(&lp).await?.items.is_empty())
+        }
+    })
+    .await
+}
+
+/// Operator writes (create, update, patch, delete) in `ns` after `since`, from the audit log.
+fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(env.plane.audit_log())?;
+    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let verb = entry["verb"].as_str().unwrap_or_default();
+        if entry["user"]["username"] != clair_testenv::OPERATOR
+            || entry["objectRef"]["namespace"] != ns
+            || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb)
+        {
+            continue;
+        }
+        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()?;
+        if at >= since {
+            writes.push(format!(
+                "{verb} {} {}",
+                entry["objectRef"]["resource"], entry["objectRef"]["name"]
+            ));
+        }
+    }
+    Ok(writes)
+}
+
+pub async fn twenty_available_resources_make_no_writes_when_idle(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("idle").await?;
+    let start = SystemTime::now();
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    for i in 0..20 {
+        indexer(env, &ns, &format!("idle-{i}"), json!({})).await?;
+    }
+    for i in 0..20 {
+        wait_for::<Indexer>(env, &ns, &format!("idle-{i}"), Phase::Available, 1).await?;
+    }
+    let setup = operator_writes(env, &ns, start)?;
+    ensure!(
+        setup.len() >= 20 * 4,
+        "the audit log shows only {} operator writes during setup",
+        setup.len()
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle_from = SystemTime::now();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let idle = operator_writes(env, &ns, idle_from)?;
+    eprintln!(
+        "operator writes in {ns}: {} during setup, {} in the 30 s idle window",
+        setup.len(),
+        idle.len()
+    );
+    ensure!(idle.is_empty(), "writes while idle: {idle:?}");
+    Ok(())
+}
