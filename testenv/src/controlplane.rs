@@ -428,6 +428,18 @@ impl ControlPlane {
         command
     }
 
+    /// Starts `clair-operator run` from `binary` as the `clair-operator` user, its log in
+    /// `logs/operator.log`. It stops when the returned process is dropped.
+    pub fn start_operator(&self, binary: &Path) -> Result<Process> {
+        Process::spawn_with_env(
+            "operator",
+            binary,
+            &["run".to_string()],
+            &[("KUBECONFIG", &self.kubeconfig_path(OPERATOR))],
+            &self.dir.join("logs"),
+        )
+    }
+
     /// Stops every process (kwok first, etcd last) and removes the folder unless asked to
     /// keep it.
     pub fn stop(&mut self) {

@@ -11,6 +11,7 @@ mod process;
 
 pub use binaries::Binaries;
 pub use controlplane::{ControlPlane, OPERATOR, Options};
+pub use process::Process;
 
 /// Why the control plane could not be had. Each message says what to do about it.
 #[derive(Debug, thiserror::Error)]

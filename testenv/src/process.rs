@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, Result, io_error};
 
-pub(crate) struct Process {
+/// A process tied to the life of the one that started it; stopped on drop.
+pub struct Process {
     name: String,
     child: Child,
     log: PathBuf,
@@ -22,6 +23,17 @@ impl Process {
     /// started it exits. Start processes from a thread that lives as long as the control
     /// plane (the test binary's or the CLI's main thread).
     pub fn spawn(name: &str, program: &Path, args: &[String], log_dir: &Path) -> Result<Self> {
+        Self::spawn_with_env(name, program, args, &[], log_dir)
+    }
+
+    /// As [`Process::spawn`], with extra environment variables.
+    pub fn spawn_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &Path)],
+        log_dir: &Path,
+    ) -> Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).map_err(io_error(format!("create {}", log.display())))?;
         let err = out
@@ -30,6 +42,7 @@ impl Process {
         let mut command = Command::new(program);
         command
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);

@@ -1,8 +1,10 @@
-//! `clair-dev up`: the operator's main job on a local cluster. Starts the control plane
-//! (building it on first use), installs the CRDs from `crds/`, applies `examples/` into the
-//! `clair-demo` namespace, shows them, and keeps the cluster up until Ctrl-C.
+//! `clair-dev up OPERATOR_BINARY`: the operator's main job on a local cluster. Starts the
+//! control plane (building it on first use), installs the CRDs from `crds/`, runs the
+//! operator, applies `examples/` into the `clair-demo` namespace, waits for the Indexer,
+//! Matcher and Notifier to become Available, shows them, and keeps everything up until
+//! Ctrl-C.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clair_testenv::{ControlPlane, Options};
@@ -12,27 +14,31 @@ const NAMESPACE: &str = "clair-demo";
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let once = args.iter().any(|a| a == "--once");
-    match args.first().map(String::as_str) {
-        Some("up") => match up(once) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("clair-dev: {e}");
-                ExitCode::FAILURE
+    let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    match positional.as_slice() {
+        [command, operator] if command.as_str() == "up" => {
+            match up(Path::new(operator.as_str()), once) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("clair-dev: {e}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         _ => {
             eprintln!(
-                "usage: clair-dev up [--once]\n\n\
-                 Starts a local control plane with kwok nodes, installs the CRDs, applies\n\
-                 examples/ into namespace {NAMESPACE} and keeps running until Ctrl-C\n\
-                 (--once: stop after showing the resources)."
+                "usage: clair-dev up OPERATOR_BINARY [--once]\n\n\
+                 Starts a local control plane with kwok nodes, installs the CRDs, runs the\n\
+                 operator, applies examples/ into namespace {NAMESPACE}, waits for the services\n\
+                 to become Available and keeps running until Ctrl-C (--once: stop after\n\
+                 showing them)."
             );
             ExitCode::from(2)
         }
     }
 }
 
-fn up(once: bool) -> Result<(), String> {
+fn up(operator: &Path, once: bool) -> Result<(), String> {
     let root = clair_testenv::repo_root();
     eprintln!("clair-dev: starting the control plane (the first run builds it: minutes)...");
     let plane = ControlPlane::start(Options {
@@ -54,6 +60,13 @@ fn up(once: bool) -> Result<(), String> {
         "--all",
         "--timeout=60s",
     ])?;
+    let _operator = plane
+        .start_operator(operator)
+        .map_err(|e| format!("cannot start the operator {}: {e}", operator.display()))?;
+    eprintln!(
+        "clair-dev: operator running, log in {}",
+        plane.dir().join("logs/operator.log").display()
+    );
     kubectl(&["create", "namespace", NAMESPACE])?;
     kubectl(&[
         "apply",
@@ -63,19 +76,30 @@ fn up(once: bool) -> Result<(), String> {
         "-f",
         &path(&root.join("examples")),
     ])?;
+    for service in ["indexer/indexer", "matcher/matcher", "notifier/notifier"] {
+        kubectl(&[
+            "wait",
+            "--namespace",
+            NAMESPACE,
+            "--for=jsonpath={.status.phase}=Available",
+            service,
+            "--timeout=180s",
+        ])?;
+    }
     kubectl(&["get", "nodes"])?;
     kubectl(&[
         "get",
-        "clairs,indexers,matchers,notifiers",
+        "indexers,matchers,notifiers,deployments,pods,hpa",
         "--namespace",
         NAMESPACE,
         "-o",
         "wide",
     ])?;
+    kubectl(&["describe", "indexer", "indexer", "--namespace", NAMESPACE])?;
 
-    let kubectl_path = plane.binaries().path("kubectl");
+    let kubectl_path: PathBuf = plane.binaries().path("kubectl");
     println!(
-        "\nThe cluster is up at {}. In another shell:\n  export KUBECONFIG={}\n  {} get clairs,indexers,matchers,notifiers -n {NAMESPACE}\n",
+        "\nThe cluster is up at {}. In another shell:\n  export KUBECONFIG={}\n  {} get indexers,matchers,notifiers -n {NAMESPACE}\n",
         plane.server(),
         kubeconfig.display(),
         kubectl_path.display()
