@@ -44,9 +44,10 @@ pub struct CrdFile {
     pub yaml: String,
 }
 
-/// The files `crds/` must hold, one per CRD, named after it.
+/// The files `crds/` must hold: one per CRD, named after it, and a `kustomization.yaml`
+/// listing them (so `kubectl apply -k crds` and `deploy/` can use the folder).
 pub fn files() -> Result<Vec<CrdFile>, Error> {
-    all()
+    let mut files = all()
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
@@ -59,7 +60,18 @@ pub fn files() -> Result<Vec<CrdFile>, Error> {
                 yaml: format!("{HEADER}{body}"),
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, Error>>()?;
+    let resources: String = files
+        .iter()
+        .map(|f| format!("  - {}\n", f.file_name))
+        .collect();
+    files.push(CrdFile {
+        file_name: "kustomization.yaml".to_string(),
+        yaml: format!(
+            "{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{resources}"
+        ),
+    });
+    Ok(files)
 }
 
 /// Writes every file into `dir`.
@@ -111,6 +123,7 @@ mod tests {
 
     #[test]
     fn yaml_reads_back_as_the_same_crd() {
+        // zip stops at the CRDs: the kustomization comes last.
         for (crd, file) in all().into_iter().zip(files().expect("files")) {
             let read: CustomResourceDefinition =
                 serde_saphyr::from_str(&file.yaml).expect("generated YAML parses");

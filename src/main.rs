@@ -68,7 +68,11 @@ fn crds(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
         return crdgen::write(&dir).map_err(|e| e.to_string());
     }
     let files = crdgen::files().map_err(|e| e.to_string())?;
-    let docs: Vec<String> = files.into_iter().map(|f| f.yaml).collect();
+    let docs: Vec<String> = files
+        .into_iter()
+        .filter(|f| f.file_name != "kustomization.yaml")
+        .map(|f| f.yaml)
+        .collect();
     print!("{}", docs.join("---\n"));
     Ok(())
 }

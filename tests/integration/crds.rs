@@ -348,7 +348,21 @@ pub async fn kubectl_explain_shows_descriptions(env: &TestEnv) -> anyhow::Result
         ("notifier.status.phase", &["runbooks"]),
     ];
     for (field, wanted) in expectations {
-        let out = env.kubectl_ok("default", &["explain", field])?;
+        // The apiserver rebuilds its OpenAPI document when any CRD changes (other tests
+        // install some), and kubectl explain fails while it does: retry briefly.
+        let mut out = String::new();
+        eventually(
+            Duration::from_secs(30),
+            &format!("kubectl explain {field}"),
+            || {
+                let result = env.kubectl_ok("default", &["explain", field]);
+                if let Ok(text) = &result {
+                    out = text.clone();
+                }
+                async move { result.map(|_| true) }
+            },
+        )
+        .await?;
         for w in wanted {
             ensure!(
                 out.contains(w),

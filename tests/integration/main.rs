@@ -85,5 +85,6 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::failing_pods_degrade_and_recovery_restores_available,
         services::drift_is_reverted_and_deletion_removes_everything,
         services::twenty_available_resources_make_no_writes_when_idle,
+        services::a_service_monitor_appears_once_the_cluster_serves_them,
     ]
 }

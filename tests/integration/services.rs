@@ -579,6 +579,10 @@ fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Result
             .as_str()
             .unwrap_or_default()
             .parse()?;
+        anyhow::ensure!(
+            entry["impersonatedUser"]["username"] == crate::support::OPERATOR_SERVICE_ACCOUNT,
+            "an operator write not made as its ServiceAccount: {line}"
+        );
         if at >= since {
             writes.push(format!(
                 "{verb} {} {}",
@@ -617,5 +621,76 @@ pub async fn twenty_available_resources_make_no_writes_when_idle(
         idle.len()
     );
     ensure!(idle.is_empty(), "writes while idle: {idle:?}");
+    Ok(())
+}
+
+const SERVICE_MONITOR_CRD: &str = r#"{
+  "apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+  "spec": {
+    "group": "monitoring.coreos.com",
+    "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+    "scope": "Namespaced",
+    "versions": [{"name": "v1", "served": true, "storage": true,
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+  }
+}"#;
+
+pub async fn a_service_monitor_appears_once_the_cluster_serves_them(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("monitoring").await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    indexer(env, &ns, "watched", json!({})).await?;
+    wait_for::<Indexer>(env, &ns, "watched", Phase::Available, 1).await?;
+    // Installed after the operator started: the capability is re-checked, no restart.
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_str(SERVICE_MONITOR_CRD)?;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(env.client().await?);
+    crds.patch(
+        &crd.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let resource = clair_operator::render::service::service_monitor_resource();
+    let monitors: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(env.client().await?, &ns, &resource);
+    // Poke the resource now and then so a reconcile runs after the capability re-check.
+    let indexers: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
+    eventually(Duration::from_secs(150), "a ServiceMonitor", || {
+        let (monitors, indexers) = (monitors.clone(), indexers.clone());
+        async move {
+            let stamp = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)?
+                .as_secs()
+                / 10;
+            indexers
+                .patch(
+                    "watched",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"test/poke": stamp.to_string()}}}),
+                    ),
+                )
+                .await?;
+            Ok(monitors.get_opt("watched").await?.is_some())
+        }
+    })
+    .await?;
+    let monitor = monitors.get("watched").await?;
+    ensure!(
+        monitor.data["spec"]["endpoints"][0]["port"] == "introspection",
+        "{:?}",
+        monitor.data
+    );
+    ensure!(
+        monitor
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Indexer" && o.name == "watched")
+    );
     Ok(())
 }

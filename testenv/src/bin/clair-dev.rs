@@ -52,7 +52,7 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
     std::fs::copy(plane.admin_kubeconfig(), &kubeconfig).map_err(|e| e.to_string())?;
 
     let kubectl = |args: &[&str]| run(plane.kubectl().args(args));
-    kubectl(&["apply", "--server-side", "-f", &path(&root.join("crds"))])?;
+    kubectl(&["apply", "--server-side", "-k", &path(&root.join("crds"))])?;
     kubectl(&[
         "wait",
         "--for=condition=Established",

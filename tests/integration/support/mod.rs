@@ -14,6 +14,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 
 pub const FIELD_MANAGER: &str = "clair-operator-tests";
+/// The identity `deploy/base` gives the operator.
+pub const OPERATOR_SERVICE_ACCOUNT: &str = "system:serviceaccount:clair-operator:clair-operator";
 
 pub struct TestEnv {
     // Held for its Drop; declared first so it stops before the control plane does.
@@ -30,7 +32,12 @@ struct Operator {
 
 impl Operator {
     fn start(plane: &ControlPlane) -> anyhow::Result<Self> {
-        let kubeconfig = Kubeconfig::read_from(plane.kubeconfig_path(OPERATOR))?;
+        let mut kubeconfig = Kubeconfig::read_from(plane.kubeconfig_path(OPERATOR))?;
+        for user in &mut kubeconfig.auth_infos {
+            if let Some(auth) = user.auth_info.as_mut() {
+                auth.impersonate = Some(OPERATOR_SERVICE_ACCOUNT.to_string());
+            }
+        }
         let log = std::fs::File::create(plane.dir().join("logs/operator.log"))?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -99,6 +106,20 @@ impl TestEnv {
             plane.server(),
             plane.dir().display()
         );
+        // The operator's namespace, ServiceAccount, RBAC and Deployment as shipped; the
+        // operator under test then acts as that ServiceAccount, so every test also checks
+        // that the shipped RBAC grants what the operator uses.
+        let base = format!("{}/deploy/base", env!("CARGO_MANIFEST_DIR"));
+        let output = plane
+            .kubectl()
+            .args(["apply", "--server-side", "--force-conflicts", "-k", &base])
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "kubectl apply -k deploy/base: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
         let operator = Operator::start(&plane)?;
         let env = Self {
             _operator: operator,
@@ -163,16 +184,29 @@ impl TestEnv {
     }
 
     /// Runs kubectl and returns its standard output, failing with its standard error.
+    ///
+    /// While any CRD changes (some tests install one) the apiserver rebuilds its discovery
+    /// and OpenAPI documents, and kubectl briefly cannot find resources: such failures are
+    /// retried for a few seconds.
     pub fn kubectl_ok(&self, namespace: &str, args: &[&str]) -> anyhow::Result<String> {
-        let output = self.kubectl(namespace).args(args).output()?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            );
+        const TRANSIENT: &[&str] = &[
+            "couldn't find resource",
+            "the server could not find the requested resource",
+            "no matches for kind",
+        ];
+        let mut attempt = 0;
+        loop {
+            let output = self.kubectl(namespace).args(args).output()?;
+            if output.status.success() {
+                return Ok(String::from_utf8(output.stdout)?);
+            }
+            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            attempt += 1;
+            if attempt >= 20 || !TRANSIENT.iter().any(|t| stderr.contains(t)) {
+                bail!("kubectl {} failed: {stderr}", args.join(" "));
+            }
+            std::thread::sleep(Duration::from_millis(500));
         }
-        Ok(String::from_utf8(output.stdout)?)
     }
 }
 
