@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clair_operator::clairconfig::{self, Mode};
 use clair_operator::machine::diagram;
 use clair_operator::{controller, crdgen};
 use clap::{Parser, Subcommand};
@@ -33,6 +34,20 @@ enum Command {
         #[arg(long, conflicts_with = "out")]
         check: Option<PathBuf>,
     },
+    /// Check Clair config files offline, with the operator's validator (the rules of Clair
+    /// 4.9's own). Drop-ins in FILE.d/ are merged as Clair merges them. Exits 1 when any
+    /// file is invalid in any mode checked.
+    CheckConfig {
+        /// Root config files (`.yaml` or `.json`).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The mode to check; every service mode when unset.
+        #[arg(long, value_enum)]
+        mode: Option<CheckMode>,
+        /// `human` or `json`.
+        #[arg(long, value_enum, default_value = "human")]
+        output: Output,
+    },
     /// Draw the phase state machines as Mermaid diagrams, or write them into a folder.
     Diagrams {
         /// Write `service.mmd`, `clair.mmd` and `README.md` into this folder.
@@ -50,6 +65,11 @@ fn main() -> ExitCode {
         Command::Run => run(),
         Command::Crds { out, check } => crds(out, check),
         Command::Diagrams { out, check } => diagrams(out, check),
+        Command::CheckConfig {
+            files,
+            mode,
+            output,
+        } => return check_config(&files, mode, output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -57,6 +77,91 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CheckMode {
+    Indexer,
+    Matcher,
+    Notifier,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Human,
+    Json,
+}
+
+fn check_config(files: &[PathBuf], mode: Option<CheckMode>, output: Output) -> ExitCode {
+    let modes: Vec<Mode> = match mode {
+        Some(CheckMode::Indexer) => vec![Mode::Indexer],
+        Some(CheckMode::Matcher) => vec![Mode::Matcher],
+        Some(CheckMode::Notifier) => vec![Mode::Notifier],
+        None => vec![Mode::Indexer, Mode::Matcher, Mode::Notifier],
+    };
+    let mut valid = true;
+    let mut report = Vec::new();
+    for file in files {
+        let (root, dropins) = match clairconfig::files::read(file) {
+            Ok(documents) => documents,
+            Err(e) => {
+                valid = false;
+                report.push(serde_json::json!({
+                    "file": file.display().to_string(),
+                    "valid": false,
+                    "errors": [{"path": "", "message": format!("cannot read: {e}")}],
+                }));
+                if output == Output::Human {
+                    println!("{}: cannot read: {e}", file.display());
+                }
+                continue;
+            }
+        };
+        for mode in &modes {
+            let checked = clairconfig::check(&root, &dropins, *mode);
+            let errors: Vec<_> = checked.problems.iter().filter(|p| !p.warning).collect();
+            let warnings: Vec<_> = checked.problems.iter().filter(|p| p.warning).collect();
+            valid &= errors.is_empty();
+            match output {
+                Output::Human => {
+                    let verdict = if errors.is_empty() {
+                        "valid"
+                    } else {
+                        "INVALID"
+                    };
+                    println!("{} ({} mode): {verdict}", file.display(), mode.as_str());
+                    for e in &errors {
+                        println!("  error: {e}");
+                    }
+                    for w in &warnings {
+                        println!("  warning: {w}");
+                    }
+                }
+                Output::Json => {
+                    let list = |ps: &[&clairconfig::Problem]| {
+                        ps.iter()
+                            .map(|p| serde_json::json!({"path": p.path, "message": p.message}))
+                            .collect::<Vec<_>>()
+                    };
+                    report.push(serde_json::json!({
+                        "file": file.display().to_string(),
+                        "mode": mode.as_str(),
+                        "valid": errors.is_empty(),
+                        "errors": list(&errors),
+                        "warnings": list(&warnings),
+                    }));
+                }
+            }
+        }
+    }
+    if output == Output::Json {
+        println!("{}", serde_json::Value::Array(report));
+    }
+    if valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -2,6 +2,7 @@
 //! (`cmd/config.go`), validated for a mode, and hashed. Pure: the controller reads the
 //! documents, this module judges them.
 
+pub mod files;
 mod validate;
 
 use serde_json::Value;
@@ -76,7 +77,7 @@ pub fn parse(document: &Document, format: Format) -> Result<Value, Error> {
             if document.text.trim().is_empty() {
                 Value::Object(Default::default())
             } else {
-                serde_saphyr::from_str(&document.text).map_err(|e| parse_error(e.to_string()))?
+                from_yaml(&document.text).map_err(|e| parse_error(e.to_string()))?
             }
         }
     };
@@ -140,12 +141,10 @@ pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
                             message: e.to_string(),
                         })?
                     }
-                    Format::Yaml => {
-                        serde_saphyr::from_str(&dropin.text).map_err(|e| Error::Parse {
-                            name: dropin.name.clone(),
-                            message: e.to_string(),
-                        })?
-                    }
+                    Format::Yaml => from_yaml(&dropin.text).map_err(|e| Error::Parse {
+                        name: dropin.name.clone(),
+                        message: e.to_string(),
+                    })?,
                 };
                 let patch: json_patch::Patch =
                     serde_json::from_value(value).map_err(|e| Error::Parse {
@@ -161,6 +160,63 @@ pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
         }
     }
     Ok(Merged { config, ignored })
+}
+
+/// YAML as Go's yaml.v3 reads it for Clair: YAML 1.2 booleans only (`yes`, `on`, `n` stay
+/// strings, so a bool field refuses them as Clair does).
+fn from_yaml(text: &str) -> Result<Value, serde_saphyr::Error> {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    serde_saphyr::from_str_with_options(text, options)
+}
+
+/// A config judged for one mode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    /// The merged config, when the documents parse and merge.
+    pub config: Option<Value>,
+    /// A merge failure is one error; otherwise the validator's findings, with the drop-ins
+    /// Clair would ignore as warnings.
+    pub problems: Vec<Problem>,
+}
+
+impl Checked {
+    /// The errors, each `path: message`.
+    pub fn errors(&self) -> Vec<String> {
+        self.problems
+            .iter()
+            .filter(|p| !p.warning)
+            .map(|p| p.to_string())
+            .collect()
+    }
+}
+
+/// Merges and validates, as Clair does at start-up in `mode`.
+pub fn check(root: &Document, dropins: &[Document], mode: Mode) -> Checked {
+    match merge(root, dropins) {
+        Err(e) => Checked {
+            config: None,
+            problems: vec![Problem {
+                path: String::new(),
+                message: e.to_string(),
+                warning: false,
+            }],
+        },
+        Ok(merged) => {
+            let mut problems = validate(&merged.config, mode);
+            problems.extend(merged.ignored.into_iter().map(|name| Problem {
+                path: String::new(),
+                message: format!(
+                    "{name}: ignored: a drop-in must have the root's extension, or it plus -patch"
+                ),
+                warning: true,
+            }));
+            Checked {
+                config: Some(merged.config),
+                problems,
+            }
+        }
+    }
 }
 
 /// A short, stable hash of a merged config: serde_json writes object keys in sorted order,

@@ -34,7 +34,11 @@ pub struct Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
     }
 }
 
@@ -43,11 +47,20 @@ enum Kind {
     String,
     Bool,
     Int,
+    Float,
     Duration,
-    /// An address checked like Go's `net.SplitHostPort`.
-    HostPort,
-    /// Free-form or not yet modelled here: any value.
-    Any,
+    /// `log_level`: one of [`LOG_LEVELS`], any case.
+    LogLevel,
+    /// Standard, padded base64 (Go's `base64.StdEncoding`).
+    Base64,
+    /// A list of strings (a bare string is a decoding error in Go).
+    Strings,
+    /// A mapping of strings to strings.
+    StringMap,
+    /// An HTTP header map: strings to lists of strings.
+    Headers,
+    /// A free-form mapping (updater and matcher configs, scanner configs).
+    Mapping,
     Section(&'static [Field]),
 }
 
@@ -59,54 +72,175 @@ const TLS: &[Field] = &[
     ("key", Kind::String),
 ];
 
+const SCANNER: &[Field] = &[
+    ("package", Kind::Mapping),
+    ("dist", Kind::Mapping),
+    ("repo", Kind::Mapping),
+];
+
 const INDEXER: &[Field] = &[
+    ("scanner", Kind::Section(SCANNER)),
     ("connstring", Kind::String),
     ("scanlock_retry", Kind::Int),
     ("layer_scan_concurrency", Kind::Int),
-    ("migrations", Kind::Bool),
-    ("scanner", Kind::Any),
-    ("airgap", Kind::Bool),
     ("index_report_request_concurrency", Kind::Int),
+    ("migrations", Kind::Bool),
+    ("airgap", Kind::Bool),
 ];
 
 const MATCHER: &[Field] = &[
     ("connstring", Kind::String),
-    ("max_conn_pool", Kind::Int),
     ("indexer_addr", Kind::String),
-    ("migrations", Kind::Bool),
     ("period", Kind::Duration),
-    ("disable_updaters", Kind::Bool),
     ("update_retention", Kind::Int),
+    ("max_conn_pool", Kind::Int),
     ("cache_age", Kind::Duration),
+    ("migrations", Kind::Bool),
+    ("disable_updaters", Kind::Bool),
     ("disable_enrichment", Kind::Bool),
 ];
 
+const MATCHERS: &[Field] = &[("config", Kind::Mapping), ("names", Kind::Strings)];
+
+const UPDATERS: &[Field] = &[
+    ("filter", Kind::String),
+    ("config", Kind::Mapping),
+    ("sets", Kind::Strings),
+];
+
+const WEBHOOK: &[Field] = &[
+    ("headers", Kind::Headers),
+    ("target", Kind::String),
+    ("callback", Kind::String),
+    ("signed", Kind::Bool),
+];
+
+const EXCHANGE: &[Field] = &[
+    ("name", Kind::String),
+    ("type", Kind::String),
+    ("durability", Kind::Bool),
+    ("auto_delete", Kind::Bool),
+];
+
+const AMQP: &[Field] = &[
+    ("tls", Kind::Section(TLS)),
+    ("exchange", Kind::Section(EXCHANGE)),
+    ("routing_key", Kind::String),
+    ("callback", Kind::String),
+    ("uris", Kind::Strings),
+    ("rollup", Kind::Int),
+    ("direct", Kind::Bool),
+];
+
+const LOGIN: &[Field] = &[("login", Kind::String), ("passcode", Kind::String)];
+
+const STOMP: &[Field] = &[
+    ("tls", Kind::Section(TLS)),
+    ("user", Kind::Section(LOGIN)),
+    ("callback", Kind::String),
+    ("destination", Kind::String),
+    ("uris", Kind::Strings),
+    ("rollup", Kind::Int),
+    ("direct", Kind::Bool),
+];
+
 const NOTIFIER: &[Field] = &[
+    ("webhook", Kind::Section(WEBHOOK)),
+    ("amqp", Kind::Section(AMQP)),
+    ("stomp", Kind::Section(STOMP)),
     ("connstring", Kind::String),
-    ("migrations", Kind::Bool),
     ("indexer_addr", Kind::String),
     ("matcher_addr", Kind::String),
     ("poll_interval", Kind::Duration),
     ("delivery_interval", Kind::Duration),
     ("disable_summary", Kind::Bool),
-    ("webhook", Kind::Any),
-    ("amqp", Kind::Any),
-    ("stomp", Kind::Any),
+    ("migrations", Kind::Bool),
+];
+
+const PSK: &[Field] = &[("key", Kind::Base64), ("iss", Kind::Strings)];
+
+const KEYSERVER: &[Field] = &[("api", Kind::String), ("intraservice", Kind::Base64)];
+
+const AUTH: &[Field] = &[
+    ("psk", Kind::Section(PSK)),
+    ("keyserver", Kind::Section(KEYSERVER)),
+];
+
+/// OTLP exporters: the common fields, plus `url_path` over HTTP or `reconnect` and
+/// `service_config` over gRPC (Go embeds the common struct, so the keys sit side by side).
+const OTLP_HTTP: &[Field] = &[
+    ("compression", Kind::Int),
+    ("endpoint", Kind::String),
+    ("headers", Kind::StringMap),
+    ("insecure", Kind::Bool),
+    ("timeout", Kind::Duration),
+    ("client_tls", Kind::Section(TLS)),
+    ("url_path", Kind::String),
+];
+
+const OTLP_GRPC: &[Field] = &[
+    ("compression", Kind::Int),
+    ("endpoint", Kind::String),
+    ("headers", Kind::StringMap),
+    ("insecure", Kind::Bool),
+    ("timeout", Kind::Duration),
+    ("client_tls", Kind::Section(TLS)),
+    ("reconnect", Kind::Duration),
+    ("service_config", Kind::String),
+];
+
+const OTLP: &[Field] = &[
+    ("http", Kind::Section(OTLP_HTTP)),
+    ("grpc", Kind::Section(OTLP_GRPC)),
+];
+
+const JAEGER_AGENT: &[Field] = &[("endpoint", Kind::String)];
+
+const JAEGER_COLLECTOR: &[Field] = &[
+    ("username", Kind::String),
+    ("password", Kind::String),
+    ("endpoint", Kind::String),
+];
+
+const JAEGER: &[Field] = &[
+    ("tags", Kind::StringMap),
+    ("agent", Kind::Section(JAEGER_AGENT)),
+    ("collector", Kind::Section(JAEGER_COLLECTOR)),
+    ("service_name", Kind::String),
+    ("buffer_max", Kind::Int),
+];
+
+const SENTRY: &[Field] = &[("dsn", Kind::String), ("environment", Kind::String)];
+
+const TRACE: &[Field] = &[
+    ("name", Kind::String),
+    ("probability", Kind::Float),
+    ("jaeger", Kind::Section(JAEGER)),
+    ("otlp", Kind::Section(OTLP)),
+    ("sentry", Kind::Section(SENTRY)),
+];
+
+const PROMETHEUS: &[Field] = &[("endpoint", Kind::String)];
+
+const METRICS: &[Field] = &[
+    ("name", Kind::String),
+    ("prometheus", Kind::Section(PROMETHEUS)),
+    ("otlp", Kind::Section(OTLP)),
 ];
 
 const ROOT: &[Field] = &[
-    ("http_listen_addr", Kind::HostPort),
-    ("introspection_addr", Kind::String),
-    ("log_level", Kind::String),
     ("tls", Kind::Section(TLS)),
+    ("http_listen_addr", Kind::String),
+    ("introspection_addr", Kind::String),
+    ("log_level", Kind::LogLevel),
     ("indexer", Kind::Section(INDEXER)),
     ("matcher", Kind::Section(MATCHER)),
-    ("matchers", Kind::Any),
-    ("updaters", Kind::Any),
+    ("matchers", Kind::Section(MATCHERS)),
+    ("updaters", Kind::Section(UPDATERS)),
     ("notifier", Kind::Section(NOTIFIER)),
-    ("auth", Kind::Any),
-    ("trace", Kind::Any),
-    ("metrics", Kind::Any),
+    ("auth", Kind::Section(AUTH)),
+    ("trace", Kind::Section(TRACE)),
+    ("metrics", Kind::Section(METRICS)),
 ];
 
 const LOG_LEVELS: &[&str] = &[
@@ -119,49 +253,246 @@ const LOG_LEVELS: &[&str] = &[
     "panic",
 ];
 
-/// Every problem of `config` for a process in `mode`. Errors are what Clair would refuse to
-/// start with.
+/// Every problem of `config` for a process in `mode`: what Go's decoder refuses (unknown keys,
+/// wrong types), then the rules of Clair's `config.Validate`. Errors are what Clair would
+/// refuse to start with; warnings are its lints.
 pub fn validate(config: &Value, mode: Mode) -> Vec<Problem> {
     let mut problems = Vec::new();
     let root = config.as_object().cloned().unwrap_or_default();
     check_section(&root, ROOT, "", &mut problems);
+    if problems.iter().any(|p| !p.warning) {
+        // Clair stops at the decoding error; the rules below assume well-typed values.
+        return problems;
+    }
+    rules(&root, mode, &mut problems);
+    lints(&root, mode, &mut problems);
+    problems
+}
 
-    if let Some(level) = lookup(&root, "log_level").and_then(Value::as_str)
-        && !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str())
-    {
-        problems.push(error(
-            "log_level",
-            format!(
-                "unknown level {level:?}: use one of {}",
-                LOG_LEVELS.join(", ")
-            ),
+fn warning(path: &str, message: impl Into<String>) -> Problem {
+    Problem {
+        path: path.to_string(),
+        message: message.into(),
+        warning: true,
+    }
+}
+
+/// Clair's lints for the mode: they do not stop it, but usually mean a mistake.
+fn lints(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
+    let section = mode.as_str();
+    let connstring = text(root, &format!("{section}.connstring"));
+    if connstring.contains("://") && !connstring.starts_with("postgresql://") {
+        out.push(warning(
+            &format!("{section}.connstring"),
+            "use the postgresql:// scheme (or key=value form)",
+        ));
+    }
+    if at(root, "matcher.max_conn_pool").is_some() {
+        out.push(warning(
+            "matcher.max_conn_pool",
+            "deprecated: set pool_max_conns in the connstring",
+        ));
+    }
+    if at(root, "auth.keyserver").is_some() {
+        out.push(warning(
+            "auth.keyserver",
+            "deprecated and ignored: use auth.psk",
         ));
     }
     match mode {
-        Mode::Indexer => {}
-        Mode::Matcher => match string_at(&root, "matcher", "indexer_addr") {
-            None | Some("") => problems.push(error(
-                "matcher.indexer_addr",
-                "required in matcher mode: the indexer's URL, for example http://indexer:6060",
-            )),
-            Some(addr) => {
-                if let Err(message) = url_parses(addr) {
-                    problems.push(error("matcher.indexer_addr", message));
-                }
+        Mode::Matcher => {
+            if let Some(period) = at(root, "matcher.period").and_then(Value::as_str)
+                && parse_go_duration(period).is_ok_and(|s| s > 0.0 && s < 6.0 * 3600.0)
+            {
+                out.push(warning(
+                    "matcher.period",
+                    "updater period is very aggressive: most sources update daily",
+                ));
             }
-        },
+            if at(root, "matcher.update_retention")
+                .and_then(Value::as_i64)
+                .is_some_and(|n| n < 0)
+            {
+                out.push(warning(
+                    "matcher.update_retention",
+                    "negative: old vulnerability data is never deleted",
+                ));
+            }
+        }
         Mode::Notifier => {
-            for key in ["indexer_addr", "matcher_addr"] {
-                if matches!(string_at(&root, "notifier", key), None | Some("")) {
-                    problems.push(error(
-                        &format!("notifier.{key}"),
-                        "required in notifier mode: the service's URL, for example http://indexer:6060",
-                    ));
-                }
+            let deliveries = ["webhook", "amqp", "stomp"]
+                .iter()
+                .filter(|d| at(root, &format!("notifier.{d}")).is_some())
+                .count();
+            if deliveries == 0 && at(root, "notifier").is_some() {
+                out.push(warning(
+                    "notifier",
+                    "no delivery (webhook, amqp or stomp): the notifier will not start",
+                ));
+            }
+            if deliveries > 1 {
+                out.push(warning(
+                    "notifier",
+                    "more than one delivery: only one is used (webhook, then amqp, then stomp)",
+                ));
+            }
+            if flag(root, "notifier.webhook.signed") {
+                out.push(warning("notifier.webhook.signed", "deprecated"));
+            }
+            if flag(root, "notifier.disable_summary") {
+                out.push(warning(
+                    "notifier.disable_summary",
+                    "significantly increases memory use",
+                ));
+            }
+        }
+        Mode::Indexer => {}
+    }
+}
+
+/// The value at a dotted path, matching keys as Go does.
+fn at<'a>(root: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
+    let mut parts = path.split('.');
+    let first = lookup(root, parts.next()?)?;
+    parts
+        .try_fold(first, |value, key| lookup(value.as_object()?, key))
+        .filter(|v| !v.is_null())
+}
+
+fn text<'a>(root: &'a Map<String, Value>, path: &str) -> &'a str {
+    at(root, path).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn flag(root: &Map<String, Value>, path: &str) -> bool {
+    at(root, path).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// The checks of Clair's `validate` methods, in the modes where each runs.
+fn rules(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
+    let listen = text(root, "http_listen_addr");
+    if !listen.is_empty()
+        && let Err(message) = split_host_port(listen)
+    {
+        out.push(error("http_listen_addr", message));
+    }
+    // TLS blocks are checked in every mode. Whether the files exist is checked by Clair at
+    // start-up, on the pod's filesystem, which the operator cannot see.
+    for tls in [
+        "tls",
+        "notifier.amqp.tls",
+        "notifier.stomp.tls",
+        "trace.otlp.http.client_tls",
+        "trace.otlp.grpc.client_tls",
+        "metrics.otlp.http.client_tls",
+        "metrics.otlp.grpc.client_tls",
+    ] {
+        if at(root, tls).is_some() {
+            let cert = text(root, &format!("{tls}.cert"));
+            let key = text(root, &format!("{tls}.key"));
+            if cert.is_empty() != key.is_empty() {
+                out.push(error(tls, "set both cert and key, or neither"));
             }
         }
     }
-    problems
+    if at(root, "notifier.amqp").is_some() && text(root, "notifier.amqp.exchange.type").is_empty() {
+        out.push(error(
+            "notifier.amqp.exchange.type",
+            "required: the AMQP exchange type, for example direct",
+        ));
+    }
+    if at(root, "auth.psk").is_some() {
+        if text(root, "auth.psk.key").trim().is_empty() {
+            out.push(error("auth.psk.key", "required: a base64-encoded key"));
+        }
+        if at(root, "auth.psk.iss")
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty())
+        {
+            out.push(error("auth.psk.iss", "required: at least one issuer"));
+        }
+    }
+    for otlp in ["trace.otlp.http", "metrics.otlp.http"] {
+        let url_path = text(root, &format!("{otlp}.url_path"));
+        if !url_path.is_empty() && !url_path.starts_with('/') {
+            out.push(error(
+                &format!("{otlp}.url_path"),
+                format!("{url_path:?} must be an absolute path"),
+            ));
+        }
+    }
+    match mode {
+        Mode::Indexer => {}
+        Mode::Matcher => match text(root, "matcher.indexer_addr") {
+            "" => out.push(error(
+                "matcher.indexer_addr",
+                "required in matcher mode: the indexer's URL, for example http://indexer:6060",
+            )),
+            addr => {
+                if let Err(message) = url_parses(addr) {
+                    out.push(error("matcher.indexer_addr", message));
+                }
+            }
+        },
+        Mode::Notifier => notifier_rules(root, out),
+    }
+}
+
+fn notifier_rules(root: &Map<String, Value>, out: &mut Vec<Problem>) {
+    for key in ["indexer_addr", "matcher_addr"] {
+        if text(root, &format!("notifier.{key}")).is_empty() {
+            out.push(error(
+                &format!("notifier.{key}"),
+                "required in notifier mode: the service's URL, for example http://indexer:6060",
+            ));
+        }
+    }
+    let url = |path: &str, out: &mut Vec<Problem>| {
+        if let Err(message) = url_parses(text(root, path)) {
+            out.push(error(path, message));
+        }
+    };
+    if at(root, "notifier.webhook").is_some() {
+        url("notifier.webhook.target", out);
+        url("notifier.webhook.callback", out);
+    }
+    if at(root, "notifier.amqp").is_some() {
+        if text(root, "notifier.amqp.routing_key").is_empty() {
+            out.push(error(
+                "notifier.amqp.routing_key",
+                "required: the routing key for notifications",
+            ));
+        }
+        uris(root, "notifier.amqp.uris", url_parses, out);
+        if !flag(root, "notifier.amqp.direct") {
+            url("notifier.amqp.callback", out);
+        }
+    }
+    if at(root, "notifier.stomp").is_some() {
+        uris(root, "notifier.stomp.uris", split_host_port, out);
+        if !flag(root, "notifier.stomp.direct") {
+            url("notifier.stomp.callback", out);
+        }
+    }
+}
+
+fn uris(
+    root: &Map<String, Value>,
+    path: &str,
+    check: fn(&str) -> Result<(), String>,
+    out: &mut Vec<Problem>,
+) {
+    let list: Vec<&str> = at(root, path)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if list.is_empty() {
+        out.push(error(path, "required: at least one broker address"));
+    }
+    for uri in list {
+        if let Err(message) = check(uri) {
+            out.push(error(path, message));
+        }
+    }
 }
 
 fn error(path: &str, message: impl Into<String>) -> Problem {
@@ -180,13 +511,6 @@ fn lookup<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
             .find(|(k, _)| k.eq_ignore_ascii_case(key))
             .map(|(_, v)| v)
     })
-}
-
-fn string_at<'a>(root: &'a Map<String, Value>, section: &str, key: &str) -> Option<&'a str> {
-    lookup(root, section)
-        .and_then(Value::as_object)
-        .and_then(|s| lookup(s, key))
-        .and_then(Value::as_str)
 }
 
 fn check_section(
@@ -229,7 +553,6 @@ fn check_value(
 ) -> Result<(), String> {
     let want = |what: &str| Err(format!("must be {what}, not {}", describe(value)));
     match kind {
-        Kind::Any => Ok(()),
         Kind::String => value
             .as_str()
             .map(|_| ())
@@ -242,14 +565,48 @@ fn check_value(
             Some(n) if n.fract() == 0.0 => Ok(()),
             _ => want("a whole number"),
         },
+        Kind::Float => value
+            .as_f64()
+            .map(|_| ())
+            .map_or_else(|| want("a number"), Ok),
         Kind::Duration => match value.as_str() {
             Some(text) => parse_go_duration(text).map(|_| ()),
             None => want("a duration string such as \"6h\" or \"30m\""),
         },
-        Kind::HostPort => match value.as_str() {
-            Some(text) => split_host_port(text),
-            None => want("a host:port string such as \":6060\""),
+        Kind::LogLevel => match value.as_str() {
+            Some(level) if LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) => Ok(()),
+            Some(level) => Err(format!(
+                "unknown level {level:?}: use one of {}",
+                LOG_LEVELS.join(", ")
+            )),
+            None => want("a log level string"),
         },
+        Kind::Base64 => match value.as_str() {
+            Some(text) => decode_base64(text),
+            None => want("a base64 string"),
+        },
+        Kind::Strings => match value.as_array() {
+            Some(items) if items.iter().all(|i| i.is_string() || i.is_null()) => Ok(()),
+            _ => want("a list of strings"),
+        },
+        Kind::StringMap => match value.as_object() {
+            Some(map) if map.values().all(|v| v.is_string() || v.is_null()) => Ok(()),
+            _ => want("a mapping of strings to strings"),
+        },
+        Kind::Headers => match value.as_object() {
+            Some(map)
+                if map.values().all(|v| {
+                    v.is_null() || v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+                }) =>
+            {
+                Ok(())
+            }
+            _ => want("a mapping of header names to lists of strings"),
+        },
+        Kind::Mapping => value
+            .as_object()
+            .map(|_| ())
+            .map_or_else(|| want("a mapping"), Ok),
         Kind::Section(fields) => match value.as_object() {
             Some(object) => {
                 check_section(object, fields, &format!("{path}."), out);
@@ -258,6 +615,17 @@ fn check_value(
             None => want("a mapping"),
         },
     }
+}
+
+/// Go's `base64.StdEncoding.Decode`: padded standard alphabet; carriage returns and
+/// newlines are skipped.
+fn decode_base64(text: &str) -> Result<(), String> {
+    use base64::Engine;
+    let cleaned: String = text.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(cleaned.as_bytes())
+        .map(|_| ())
+        .map_err(|e| format!("not standard padded base64: {e}"))
 }
 
 fn describe(value: &Value) -> &'static str {
@@ -288,28 +656,92 @@ fn split_host_port(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Go's `url.Parse`, for the cases that matter in Clair configs: a scheme, if any, must be
-/// well formed, and a scheme-less reference must not start with a colon segment.
+/// Go's `url.Parse`: a scheme, if any, must be well formed (a scheme-less reference must
+/// not have a colon in its first segment), an authority's port must be numeric and its
+/// brackets balanced, and percent-escapes must be complete. Anything else parses, as in Go
+/// (`not a url` is a valid relative reference).
 fn url_parses(text: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "{text:?} is not a URL ({why}): write it as http://HOST:PORT"
+        ))
+    };
     if text.chars().any(|c| c.is_ascii_control()) {
-        return Err(format!("{text:?} has a control character"));
+        return bad("control character");
     }
-    let first_segment = text.split(['/', '?', '#']).next().unwrap_or_default();
-    if let Some((scheme, _)) = first_segment.split_once(':') {
-        let well_formed = scheme
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-        if !well_formed {
-            return Err(format!(
-                "{text:?} is not a URL (missing or malformed scheme): write it as http://HOST:PORT"
-            ));
+    let (without_fragment, fragment) = text.split_once('#').unwrap_or((text, ""));
+    if !escapes_complete(fragment) {
+        return bad("invalid escape in fragment");
+    }
+    let mut scheme_end = None;
+    for (i, c) in without_fragment.char_indices() {
+        match c {
+            'a'..='z' | 'A'..='Z' => {}
+            '0'..='9' | '+' | '-' | '.' if i > 0 => {}
+            ':' if i == 0 => return bad("missing protocol scheme"),
+            ':' => {
+                scheme_end = Some(i);
+                break;
+            }
+            _ => break,
         }
     }
+    let rest = match scheme_end {
+        Some(i) => &without_fragment[i + 1..],
+        None => {
+            let first_segment = without_fragment
+                .split(['/', '?'])
+                .next()
+                .unwrap_or_default();
+            if first_segment.contains(':') {
+                return bad("colon in the first path segment");
+            }
+            without_fragment
+        }
+    };
+    let (rest, _query) = rest.split_once('?').unwrap_or((rest, ""));
+    let path = if let Some(after) = rest.strip_prefix("//") {
+        let (authority, path) = after.find('/').map_or((after, ""), |i| after.split_at(i));
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let port = if let Some(inner) = host.strip_prefix('[') {
+            let Some((_, after_bracket)) = inner.split_once(']') else {
+                return bad("missing ']' in host");
+            };
+            match after_bracket {
+                "" => "",
+                p if p.starts_with(':') => &p[1..],
+                _ => return bad("junk after the bracketed host"),
+            }
+        } else {
+            if host.contains(' ') {
+                return bad("space in host");
+            }
+            host.rsplit_once(':').map_or("", |(_, p)| p)
+        };
+        if !port.chars().all(|c| c.is_ascii_digit()) {
+            return bad("port is not a number");
+        }
+        if !escapes_complete(host) {
+            return bad("invalid escape in host");
+        }
+        path
+    } else {
+        rest
+    };
+    if !escapes_complete(path) {
+        return bad("invalid escape in path");
+    }
     Ok(())
+}
+
+/// Every `%` is followed by two hex digits.
+fn escapes_complete(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().all(|(i, b)| {
+        *b != b'%'
+            || (bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
 }
 
 /// Go's `time.ParseDuration`: a signed sequence of decimal numbers with units ns, us, µs,

@@ -109,38 +109,26 @@ pub fn judge(
     dropins: &[Document],
     mode: Mode,
 ) -> (ConfigObservation, Option<ConfigSnapshot>) {
-    let merged = match clairconfig::merge(root, dropins) {
-        Ok(merged) => merged,
-        Err(e) => {
-            return (
-                ConfigObservation::Invalid {
-                    message: e.to_string(),
-                },
-                None,
-            );
+    let checked = clairconfig::check(root, dropins, mode);
+    let errors = checked.errors();
+    match checked.config {
+        Some(config) if errors.is_empty() => {
+            let hash = clairconfig::hash(&config);
+            (
+                ConfigObservation::Valid { hash: hash.clone() },
+                Some(ConfigSnapshot {
+                    hash,
+                    json: config.to_string(),
+                }),
+            )
         }
-    };
-    let errors: Vec<String> = clairconfig::validate(&merged.config, mode)
-        .into_iter()
-        .filter(|p| !p.warning)
-        .map(|p| p.to_string())
-        .collect();
-    if !errors.is_empty() {
-        return (
+        _ => (
             ConfigObservation::Invalid {
                 message: errors.join("; "),
             },
             None,
-        );
+        ),
     }
-    let hash = clairconfig::hash(&merged.config);
-    (
-        ConfigObservation::Valid { hash: hash.clone() },
-        Some(ConfigSnapshot {
-            hash,
-            json: merged.config.to_string(),
-        }),
-    )
 }
 
 /// Deployment condition reasons that mean a rollout is under way (the deployment

@@ -2,6 +2,7 @@
 //! with a module per area. `main` starts the control plane once, runs every test in its own
 //! namespace, and stops the control plane whether the tests passed or not.
 
+mod clairconfig;
 mod crds;
 mod services;
 mod support;
@@ -72,6 +73,8 @@ macro_rules! tests {
 
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
+        clairconfig::the_validator_agrees_with_clair_on_the_corpus,
+        clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,
         crds::deployments_become_available_on_kwok_nodes,
         crds::valid_resources_are_accepted,
