@@ -7,3 +7,4 @@ pub mod controller;
 pub mod crdgen;
 pub mod machine;
 pub mod render;
+pub mod webhook;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clair_operator::clairconfig::{self, Mode};
 use clair_operator::machine::diagram;
-use clair_operator::{controller, crdgen};
+use clair_operator::{controller, crdgen, webhook};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -22,9 +22,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the controllers against the cluster of the current kubeconfig (or the pod's
-    /// service account), until SIGTERM or Ctrl-C.
-    Run,
+    /// Run the controllers and the admission webhook against the cluster of the current
+    /// kubeconfig (or the pod's service account), until SIGTERM or Ctrl-C.
+    Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD.
     Crds {
         /// Write `<crd name>.yaml` files into this folder instead of printing.
@@ -62,7 +62,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run => run(),
+        Command::Run(args) => run(args),
         Command::Crds { out, check } => crds(out, check),
         Command::Diagrams { out, check } => diagrams(out, check),
         Command::CheckConfig {
@@ -77,6 +77,64 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Where the admission webhook listens.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    webhook_listen: std::net::SocketAddr,
+    /// The Service the apiserver calls the webhook through, NAMESPACE/NAME.
+    #[arg(long, default_value = "clair-operator/clair-operator-webhook")]
+    webhook_service: String,
+    /// Call the webhook at this base URL instead (an operator outside the cluster),
+    /// for example https://10.0.0.5:8443.
+    #[arg(long)]
+    webhook_url: Option<String>,
+    /// Run without the admission webhook.
+    #[arg(long)]
+    no_webhook: bool,
+}
+
+impl RunArgs {
+    fn webhook(&self) -> Result<Option<webhook::register::Settings>, String> {
+        if self.no_webhook {
+            return Ok(None);
+        }
+        let (namespace, name) = self
+            .webhook_service
+            .split_once('/')
+            .ok_or("--webhook-service must be NAMESPACE/NAME")?;
+        let (target, hosts) = match &self.webhook_url {
+            Some(url) => {
+                let host = url
+                    .trim_start_matches("https://")
+                    .split([':', '/'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                (webhook::register::Target::Url(url.clone()), vec![host])
+            }
+            None => (
+                webhook::register::Target::Service {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    port: 443,
+                },
+                vec![
+                    format!("{name}.{namespace}.svc"),
+                    format!("{name}.{namespace}.svc.cluster.local"),
+                ],
+            ),
+        };
+        Ok(Some(webhook::register::Settings {
+            listen: self.webhook_listen,
+            target,
+            hosts,
+            namespace: namespace.to_string(),
+            recheck: std::time::Duration::from_secs(60),
+        }))
     }
 }
 
@@ -198,7 +256,8 @@ fn diagrams(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> 
     Ok(())
 }
 
-fn run() -> Result<(), String> {
+fn run(args: RunArgs) -> Result<(), String> {
+    let webhook_settings = args.webhook()?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -211,11 +270,31 @@ fn run() -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot reach the cluster: {e}"))?;
         tracing::info!("clair-operator starting");
-        controller::run(client, async {
-            shutdown_signal().await;
-            tracing::info!("shutting down");
-        })
-        .await;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let webhook = webhook_settings.map(|settings| {
+            let until = until_stopped(stopped.clone());
+            tokio::spawn(webhook::register::run(client.clone(), settings, until))
+        });
+        let controllers = controller::run(client, until_stopped(stopped));
+        tokio::pin!(controllers);
+        tokio::select! {
+            _ = &mut controllers => {}
+            _ = shutdown_signal() => {
+                tracing::info!("shutting down");
+                let _ = stop.send(true);
+                controllers.await;
+            }
+        }
+        if let Some(webhook) = webhook {
+            match webhook.await {
+                Ok(Err(e)) => return Err(format!("admission webhook: {e}")),
+                Err(e) => return Err(format!("admission webhook task: {e}")),
+                Ok(Ok(())) => {}
+            }
+        }
         Ok(())
     })
 }

@@ -6,6 +6,7 @@ mod clairconfig;
 mod crds;
 mod services;
 mod support;
+mod webhook;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -89,5 +90,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::drift_is_reverted_and_deletion_removes_everything,
         services::twenty_available_resources_make_no_writes_when_idle,
         services::a_service_monitor_appears_once_the_cluster_serves_them,
+        webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,
+        webhook::a_rotated_certificate_keeps_the_webhook_answering,
     ]
 }

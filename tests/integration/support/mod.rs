@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clair_operator::{controller, crdgen};
+use clair_operator::{controller, crdgen, webhook};
 use clair_testenv::{ControlPlane, OPERATOR, Options};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -26,7 +26,7 @@ pub struct TestEnv {
 /// The operator's controllers, run in this process on a thread of their own, as the
 /// `clair-operator` user.
 struct Operator {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -39,7 +39,11 @@ impl Operator {
             }
         }
         let log = std::fs::File::create(plane.dir().join("logs/operator.log"))?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let webhook = webhook_settings()?;
         let thread = std::thread::Builder::new()
             .name("operator".into())
             .spawn(move || {
@@ -73,10 +77,17 @@ impl Operator {
                         Ok(client) => client,
                         Err(e) => return eprintln!("operator: client: {e}"),
                     };
-                    controller::run(client, async {
-                        let _ = stopped.await;
-                    })
-                    .await;
+                    let webhook = tokio::spawn(webhook::register::run(
+                        client.clone(),
+                        webhook,
+                        until_stopped(stopped.clone()),
+                    ));
+                    controller::run(client, until_stopped(stopped)).await;
+                    match webhook.await {
+                        Ok(Err(e)) => eprintln!("operator: webhook: {e}"),
+                        Err(e) => eprintln!("operator: webhook task: {e}"),
+                        Ok(Ok(())) => {}
+                    }
                 });
             })?;
         Ok(Self {
@@ -86,10 +97,25 @@ impl Operator {
     }
 }
 
+/// The webhook on a free loopback port, called by the apiserver by URL.
+fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(webhook::register::Settings {
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        target: webhook::register::Target::Url(format!("https://127.0.0.1:{port}")),
+        hosts: vec!["127.0.0.1".to_string()],
+        namespace: "clair-operator".to_string(),
+        // Quick, so a test that deletes the certificate sees it reissued soon.
+        recheck: Duration::from_secs(1),
+    })
+}
+
 impl Drop for Operator {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -184,30 +210,68 @@ impl TestEnv {
     }
 
     /// Runs kubectl and returns its standard output, failing with its standard error.
+    pub fn kubectl_ok(&self, namespace: &str, args: &[&str]) -> anyhow::Result<String> {
+        let outcome = self.kubectl_run(namespace, args, None)?;
+        if !outcome.success {
+            bail!("kubectl {} failed: {}", args.join(" "), outcome.stderr);
+        }
+        Ok(outcome.stdout)
+    }
+
+    /// Runs kubectl, with `input` on its standard input, and reports how it went.
     ///
     /// While any CRD changes (some tests install one) the apiserver rebuilds its discovery
-    /// and OpenAPI documents, and kubectl briefly cannot find resources: such failures are
-    /// retried for a few seconds.
-    pub fn kubectl_ok(&self, namespace: &str, args: &[&str]) -> anyhow::Result<String> {
+    /// and OpenAPI documents, and kubectl briefly cannot find resources; while the webhook
+    /// certificate rotates, the apiserver briefly cannot call it. Such failures are retried
+    /// for a few seconds.
+    pub fn kubectl_run(
+        &self,
+        namespace: &str,
+        args: &[&str],
+        input: Option<&str>,
+    ) -> anyhow::Result<KubectlOutcome> {
+        use std::io::Write;
         const TRANSIENT: &[&str] = &[
             "couldn't find resource",
             "the server could not find the requested resource",
             "no matches for kind",
+            "failed calling webhook",
         ];
         let mut attempt = 0;
         loop {
-            let output = self.kubectl(namespace).args(args).output()?;
-            if output.status.success() {
-                return Ok(String::from_utf8(output.stdout)?);
-            }
-            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            let mut child = self
+                .kubectl(namespace)
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            let mut stdin = child.stdin.take().context("kubectl stdin")?;
+            stdin.write_all(input.unwrap_or_default().as_bytes())?;
+            drop(stdin);
+            let output = child.wait_with_output()?;
+            let outcome = KubectlOutcome {
+                success: output.status.success(),
+                stdout: String::from_utf8(output.stdout)?,
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            };
             attempt += 1;
-            if attempt >= 20 || !TRANSIENT.iter().any(|t| stderr.contains(t)) {
-                bail!("kubectl {} failed: {stderr}", args.join(" "));
+            if outcome.success
+                || attempt >= 30
+                || !TRANSIENT.iter().any(|t| outcome.stderr.contains(t))
+            {
+                return Ok(outcome);
             }
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+}
+
+/// What a kubectl run printed and whether it succeeded.
+pub struct KubectlOutcome {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 pub fn established(crd: &CustomResourceDefinition) -> bool {

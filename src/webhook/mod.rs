@@ -1,0 +1,16 @@
+//! The admission webhooks: an HTTPS server (axum, rustls) the apiserver calls for objects
+//! that opt in by label, its certificate (generated, kept in a Secret, renewed and reloaded
+//! without a restart), and the webhook configuration that points the apiserver at it.
+
+pub mod certs;
+pub mod register;
+pub mod server;
+pub mod validate;
+
+/// The label that opts a ConfigMap or Secret in to config validation.
+pub use crate::api::keys::VALIDATE_CONFIG;
+
+/// Name of the ValidatingWebhookConfiguration the operator keeps.
+pub const CONFIGURATION_NAME: &str = "clair-operator";
+/// Path of the config validation webhook.
+pub const VALIDATE_CONFIG_PATH: &str = "/validate-config";

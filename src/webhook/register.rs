@@ -1,0 +1,272 @@
+//! Keeping the webhook reachable: its certificate in a Secret (issued, renewed, reissued if
+//! the Secret is deleted), the ValidatingWebhookConfiguration with the current `caBundle`,
+//! and the server's certificate reloaded whenever the Secret changes.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use time::OffsetDateTime;
+use tracing::{info, warn};
+
+use super::certs::{self, Bundle, Renewal};
+use super::{CONFIGURATION_NAME, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, server};
+use crate::controller::FIELD_MANAGER;
+
+/// Name of the Secret holding the webhook's CA and serving certificate.
+pub const SECRET_NAME: &str = "clair-operator-webhook-tls";
+
+/// How the apiserver reaches the webhook.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A Service in the cluster (the normal deployment).
+    Service {
+        namespace: String,
+        name: String,
+        port: i32,
+    },
+    /// A URL (an operator running outside the cluster, or in tests on loopback).
+    Url(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where the server listens.
+    pub listen: SocketAddr,
+    pub target: Target,
+    /// Names and addresses the serving certificate is for.
+    pub hosts: Vec<String>,
+    /// Namespace of the certificate Secret.
+    pub namespace: String,
+    /// How often the Secret is checked (renewal, deletion).
+    pub recheck: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot issue the webhook certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("cannot load the webhook certificate: {0}")]
+    Tls(std::io::Error),
+}
+
+fn bundle_from(secret: &Secret) -> Option<Bundle> {
+    let data = secret.data.as_ref()?;
+    let text = |key: &str| String::from_utf8(data.get(key)?.0.clone()).ok();
+    let annotations = secret.metadata.annotations.as_ref()?;
+    let time = |key: &str| annotations.get(key)?.parse::<i64>().ok();
+    Some(Bundle {
+        ca_cert: text("ca.crt")?,
+        ca_key: text("ca.key")?,
+        cert: text("tls.crt")?,
+        key: text("tls.key")?,
+        not_after: time("clair.projectquay.io/not-after")?,
+        ca_not_after: time("clair.projectquay.io/ca-not-after")?,
+    })
+}
+
+fn secret_for(bundle: &Bundle, namespace: &str) -> Secret {
+    let bytes = |s: &str| ByteString(s.as_bytes().to_vec());
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(SECRET_NAME.to_string()),
+            namespace: Some(namespace.to_string()),
+            annotations: Some(BTreeMap::from([
+                (
+                    "clair.projectquay.io/not-after".to_string(),
+                    bundle.not_after.to_string(),
+                ),
+                (
+                    "clair.projectquay.io/ca-not-after".to_string(),
+                    bundle.ca_not_after.to_string(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_string()),
+        data: Some(BTreeMap::from([
+            ("ca.crt".to_string(), bytes(&bundle.ca_cert)),
+            ("ca.key".to_string(), bytes(&bundle.ca_key)),
+            ("tls.crt".to_string(), bytes(&bundle.cert)),
+            ("tls.key".to_string(), bytes(&bundle.key)),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// The certificate to serve: the Secret's while it is valid for long enough, else a renewed
+/// one (same CA when the CA is still good), written back to the Secret.
+pub async fn ensure_certificate(client: &Client, settings: &Settings) -> Result<Bundle, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let current = secrets
+        .get_opt(SECRET_NAME)
+        .await?
+        .as_ref()
+        .and_then(bundle_from);
+    let now = OffsetDateTime::now_utc();
+    let bundle = match &current {
+        Some(bundle) => match certs::renewal(bundle, now) {
+            Renewal::Keep => return Ok(bundle.clone()),
+            Renewal::Certificate => {
+                let authority = certs::Authority {
+                    cert: &bundle.ca_cert,
+                    key: &bundle.ca_key,
+                    not_after: bundle.ca_not_after,
+                };
+                certs::issue(&settings.hosts, Some(authority), now)?
+            }
+            Renewal::Everything => certs::issue(&settings.hosts, None, now)?,
+        },
+        None => certs::issue(&settings.hosts, None, now)?,
+    };
+    info!(namespace = %settings.namespace, "issued a webhook certificate");
+    secrets
+        .patch(
+            SECRET_NAME,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret_for(&bundle, &settings.namespace)),
+        )
+        .await?;
+    Ok(bundle)
+}
+
+/// The ValidatingWebhookConfiguration: config validation for ConfigMaps and Secrets that
+/// carry the label, so the operator being down never blocks anyone else's writes.
+pub fn configuration(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfiguration {
+    let client_config = match &settings.target {
+        Target::Url(base) => WebhookClientConfig {
+            url: Some(format!("{base}{VALIDATE_CONFIG_PATH}")),
+            ca_bundle: Some(ByteString(ca_cert.as_bytes().to_vec())),
+            ..Default::default()
+        },
+        Target::Service {
+            namespace,
+            name,
+            port,
+        } => WebhookClientConfig {
+            service: Some(ServiceReference {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                path: Some(VALIDATE_CONFIG_PATH.to_string()),
+                port: Some(*port),
+            }),
+            ca_bundle: Some(ByteString(ca_cert.as_bytes().to_vec())),
+            ..Default::default()
+        },
+    };
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(CONFIGURATION_NAME.to_string()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "config.clair.projectquay.io".to_string(),
+            admission_review_versions: vec!["v1".to_string()],
+            side_effects: "None".to_string(),
+            failure_policy: Some("Fail".to_string()),
+            timeout_seconds: Some(5),
+            client_config,
+            object_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    VALIDATE_CONFIG.to_string(),
+                    "true".to_string(),
+                )])),
+                ..Default::default()
+            }),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".to_string()]),
+                operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
+                resources: Some(vec!["configmaps".to_string(), "secrets".to_string()]),
+                scope: Some("Namespaced".to_string()),
+            }]),
+            ..Default::default()
+        }]),
+    }
+}
+
+async fn ensure_configuration(
+    client: &Client,
+    settings: &Settings,
+    ca_cert: &str,
+) -> Result<(), Error> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    api.patch(
+        CONFIGURATION_NAME,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&configuration(settings, ca_cert)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs the webhook until `shutdown` resolves: certificate, configuration, server, and a
+/// loop that reissues and reloads the certificate when the Secret is renewed or deleted.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let mut serving = ensure_certificate(&client, &settings).await?;
+    ensure_configuration(&client, &settings, &serving.ca_cert).await?;
+    let tls = RustlsConfig::from_pem(
+        serving.cert.clone().into_bytes(),
+        serving.key.clone().into_bytes(),
+    )
+    .await
+    .map_err(Error::Tls)?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(server::serve(settings.listen, tls.clone(), {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }));
+    info!(listen = %settings.listen, "admission webhook serving");
+    let mut shutdown = Box::pin(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(settings.recheck) => {}
+        }
+        match ensure_certificate(&client, &settings).await {
+            Ok(bundle) if bundle != serving => {
+                // The new CA goes to the apiserver before the server presents a certificate
+                // signed by it.
+                if let Err(e) = ensure_configuration(&client, &settings, &bundle.ca_cert).await {
+                    warn!(error = %e, "cannot update the webhook configuration");
+                    continue;
+                }
+                if let Err(e) = tls
+                    .reload_from_pem(
+                        bundle.cert.clone().into_bytes(),
+                        bundle.key.clone().into_bytes(),
+                    )
+                    .await
+                {
+                    warn!(error = %e, "cannot reload the webhook certificate");
+                    continue;
+                }
+                info!("webhook certificate reloaded");
+                serving = bundle;
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot check the webhook certificate"),
+        }
+    }
+    let _ = stop.send(true);
+    let _ = server.await;
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The HTTPS admission server. Its certificate is reloaded in place when renewed, so
+//! rotation needs no restart and drops no connection.
+
+use std::net::SocketAddr;
+
+use axum::routing::post;
+use axum::{Json, Router};
+use axum_server::tls_rustls::RustlsConfig;
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use tracing::{debug, warn};
+
+use super::{VALIDATE_CONFIG_PATH, validate};
+
+/// The routes: one path per webhook.
+pub fn router() -> Router {
+    Router::new().route(VALIDATE_CONFIG_PATH, post(validate_config))
+}
+
+async fn validate_config(
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => {
+            warn!(error = %e, "malformed AdmissionReview");
+            return Json(AdmissionResponse::invalid(e.to_string()).into_review());
+        }
+    };
+    let mut response = AdmissionResponse::from(&request);
+    if let Some(object) = &request.object {
+        let verdict = validate::config_object(object, &request.kind.kind);
+        debug!(kind = %request.kind.kind, name = %request.name, denied = ?verdict.denied, "config validation");
+        if !verdict.warnings.is_empty() {
+            response.warnings = Some(verdict.warnings);
+        }
+        if let Some(message) = verdict.denied {
+            response = response.deny(message);
+        }
+    }
+    Json(response.into_review())
+}
+
+/// Serves `router()` on `addr` with `tls` until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    tls: RustlsConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+    });
+    axum_server::bind_rustls(addr, tls)
+        .handle(handle)
+        .serve(router().into_make_service())
+        .await
+}

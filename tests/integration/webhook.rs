@@ -1,0 +1,166 @@
+//! The config validation webhook, called by the real kube-apiserver over TLS: labelled
+//! ConfigMaps and Secrets with invalid configs are refused with the field named, valid ones
+//! pass with Clair's lints as warnings, unlabelled objects never reach it, and a rotated
+//! certificate keeps it answering.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use clair_operator::webhook::CONFIGURATION_NAME;
+use clair_operator::webhook::register::SECRET_NAME;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams};
+
+use crate::support::{TestEnv, eventually};
+
+fn labelled(kind: &str, name: &str, body: &str) -> String {
+    let data = if kind == "Secret" {
+        "stringData"
+    } else {
+        "data"
+    };
+    let indented: String = body.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\n  labels:\n    clair.projectquay.io/validate-config: \"true\"\n  annotations:\n    clair.projectquay.io/config: config.yaml\n{data}:\n  config.yaml: |\n{indented}"
+    )
+}
+
+async fn webhook_registered(env: &TestEnv) -> anyhow::Result<()> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client().await?);
+    eventually(Duration::from_secs(60), "the webhook configuration", || {
+        let api = api.clone();
+        async move { Ok(api.get_opt(CONFIGURATION_NAME).await?.is_some()) }
+    })
+    .await
+}
+
+pub async fn invalid_labelled_configs_are_refused_and_valid_ones_warn(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    webhook_registered(env).await?;
+    let ns = env.namespace("webhook").await?;
+    let apply = ["apply", "--server-side", "-f", "-"];
+
+    let bad = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&labelled("ConfigMap", "bad", "indexr:\n  connstring: x\n")),
+    )?;
+    ensure!(!bad.success, "an invalid config was accepted");
+    ensure!(
+        bad.stderr.contains("denied the request") && bad.stderr.contains("indexr: unknown key"),
+        "{}",
+        bad.stderr
+    );
+
+    let secret = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&labelled("Secret", "bad-secret", "log_level: loud\n")),
+    )?;
+    ensure!(
+        !secret.success && secret.stderr.contains("log_level: unknown level"),
+        "{}",
+        secret.stderr
+    );
+
+    // Valid for the indexer, not for a matcher: accepted, with the matcher's problem as a
+    // warning kubectl shows.
+    let good = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&labelled(
+            "ConfigMap",
+            "good",
+            "indexer:\n  connstring: host=db\n",
+        )),
+    )?;
+    ensure!(good.success, "a valid config was refused: {}", good.stderr);
+    ensure!(
+        good.stderr.contains("Warning:")
+            && good
+                .stderr
+                .contains("invalid in matcher mode: matcher.indexer_addr"),
+        "{}",
+        good.stderr
+    );
+
+    // Without the label the webhook is never asked.
+    let plain = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  config.yaml: \"indexr: {}\"\n";
+    let unlabelled = env.kubectl_run(&ns, &apply, Some(plain))?;
+    ensure!(
+        unlabelled.success,
+        "an unlabelled object was checked: {}",
+        unlabelled.stderr
+    );
+    Ok(())
+}
+
+pub async fn a_rotated_certificate_keeps_the_webhook_answering(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    webhook_registered(env).await?;
+    let client = env.client().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "clair-operator");
+    let tls = |s: &Secret, key: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.clone())
+    };
+    let before = secrets.get(SECRET_NAME).await?;
+    let old_cert = tls(&before, "tls.crt").context("tls.crt")?;
+
+    // Losing the Secret makes the operator issue a new CA and certificate, publish the new
+    // caBundle, and reload its server.
+    secrets
+        .delete(SECRET_NAME, &DeleteParams::default())
+        .await?;
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    eventually(Duration::from_secs(60), "a new certificate in use", || {
+        let (secrets, configurations, old_cert) =
+            (secrets.clone(), configurations.clone(), old_cert.clone());
+        async move {
+            let Some(secret) = secrets.get_opt(SECRET_NAME).await? else {
+                return Ok(false);
+            };
+            let (Some(cert), Some(ca)) = (tls(&secret, "tls.crt"), tls(&secret, "ca.crt")) else {
+                return Ok(false);
+            };
+            let configuration = configurations.get(CONFIGURATION_NAME).await?;
+            let bundle = configuration
+                .webhooks
+                .unwrap_or_default()
+                .first()
+                .and_then(|w| w.client_config.ca_bundle.clone())
+                .map(|b| b.0);
+            Ok(cert != old_cert && bundle == Some(ca))
+        }
+    })
+    .await?;
+
+    let ns = env.namespace("rotation").await?;
+    let apply = ["apply", "--server-side", "-f", "-"];
+    let bad = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&labelled("ConfigMap", "bad", "matcher:\n  period: 1d\n")),
+    )?;
+    ensure!(
+        !bad.success && bad.stderr.contains("matcher.period"),
+        "after rotation: {}",
+        bad.stderr
+    );
+    let good = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&labelled("ConfigMap", "good", "log_level: debug\n")),
+    )?;
+    ensure!(
+        good.success,
+        "after rotation a valid config was refused: {}",
+        good.stderr
+    );
+    Ok(())
+}
