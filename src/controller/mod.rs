@@ -6,6 +6,7 @@ pub mod apply;
 pub mod capabilities;
 pub mod observe;
 pub mod service;
+pub mod templates;
 
 use std::sync::Arc;
 
@@ -57,7 +58,8 @@ impl Context {
     }
 }
 
-/// Runs the controllers of the three service kinds until `shutdown` resolves.
+/// Runs the controllers (the three service kinds, and template re-rendering) until
+/// `shutdown` resolves.
 pub async fn run(
     client: Client,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -67,6 +69,8 @@ pub async fn run(
     futures::join!(
         service::run::<crate::api::Indexer>(context.clone(), shutdown.clone()),
         service::run::<crate::api::Matcher>(context.clone(), shutdown.clone()),
-        service::run::<crate::api::Notifier>(context, shutdown),
+        service::run::<crate::api::Notifier>(context.clone(), shutdown.clone()),
+        templates::run::<k8s_openapi::api::core::v1::ConfigMap>(context.clone(), shutdown.clone()),
+        templates::run::<k8s_openapi::api::core::v1::Secret>(context, shutdown),
     );
 }

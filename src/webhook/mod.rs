@@ -5,6 +5,8 @@
 pub mod certs;
 pub mod register;
 pub mod server;
+pub mod template;
+pub mod templating;
 pub mod validate;
 
 /// The label that opts a ConfigMap or Secret in to config validation.
@@ -14,3 +16,5 @@ pub use crate::api::keys::VALIDATE_CONFIG;
 pub const CONFIGURATION_NAME: &str = "clair-operator";
 /// Path of the config validation webhook.
 pub const VALIDATE_CONFIG_PATH: &str = "/validate-config";
+/// Path of the templating webhook.
+pub const TEMPLATE_CONFIG_PATH: &str = "/template-config";

@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -20,7 +20,10 @@ use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use super::certs::{self, Bundle, Renewal};
-use super::{CONFIGURATION_NAME, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, server};
+use super::{
+    CONFIGURATION_NAME, TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, server,
+};
+use crate::api::keys::TEMPLATE_CONFIG;
 use crate::controller::FIELD_MANAGER;
 
 /// Name of the Secret holding the webhook's CA and serving certificate.
@@ -142,13 +145,12 @@ pub async fn ensure_certificate(client: &Client, settings: &Settings) -> Result<
     Ok(bundle)
 }
 
-/// The ValidatingWebhookConfiguration: config validation for ConfigMaps and Secrets that
-/// carry the label, so the operator being down never blocks anyone else's writes.
-pub fn configuration(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfiguration {
-    let client_config = match &settings.target {
+fn client_config(settings: &Settings, ca_cert: &str, path: &str) -> WebhookClientConfig {
+    let ca_bundle = Some(ByteString(ca_cert.as_bytes().to_vec()));
+    match &settings.target {
         Target::Url(base) => WebhookClientConfig {
-            url: Some(format!("{base}{VALIDATE_CONFIG_PATH}")),
-            ca_bundle: Some(ByteString(ca_cert.as_bytes().to_vec())),
+            url: Some(format!("{base}{path}")),
+            ca_bundle,
             ..Default::default()
         },
         Target::Service {
@@ -159,13 +161,36 @@ pub fn configuration(settings: &Settings, ca_cert: &str) -> ValidatingWebhookCon
             service: Some(ServiceReference {
                 namespace: namespace.clone(),
                 name: name.clone(),
-                path: Some(VALIDATE_CONFIG_PATH.to_string()),
+                path: Some(path.to_string()),
                 port: Some(*port),
             }),
-            ca_bundle: Some(ByteString(ca_cert.as_bytes().to_vec())),
+            ca_bundle,
             ..Default::default()
         },
-    };
+    }
+}
+
+/// ConfigMaps and Secrets carrying `label: "true"`, on create and update. Selecting by label
+/// means the operator being down never blocks anyone else's writes.
+fn selected(label: &str) -> (Option<LabelSelector>, Option<Vec<RuleWithOperations>>) {
+    (
+        Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(label.to_string(), "true".to_string())])),
+            ..Default::default()
+        }),
+        Some(vec![RuleWithOperations {
+            api_groups: Some(vec![String::new()]),
+            api_versions: Some(vec!["v1".to_string()]),
+            operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
+            resources: Some(vec!["configmaps".to_string(), "secrets".to_string()]),
+            scope: Some("Namespaced".to_string()),
+        }]),
+    )
+}
+
+/// The ValidatingWebhookConfiguration: config validation for labelled objects.
+pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfiguration {
+    let (object_selector, rules) = selected(VALIDATE_CONFIG);
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(CONFIGURATION_NAME.to_string()),
@@ -177,21 +202,33 @@ pub fn configuration(settings: &Settings, ca_cert: &str) -> ValidatingWebhookCon
             side_effects: "None".to_string(),
             failure_policy: Some("Fail".to_string()),
             timeout_seconds: Some(5),
-            client_config,
-            object_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    VALIDATE_CONFIG.to_string(),
-                    "true".to_string(),
-                )])),
-                ..Default::default()
-            }),
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(vec![String::new()]),
-                api_versions: Some(vec!["v1".to_string()]),
-                operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
-                resources: Some(vec!["configmaps".to_string(), "secrets".to_string()]),
-                scope: Some("Namespaced".to_string()),
-            }]),
+            client_config: client_config(settings, ca_cert, VALIDATE_CONFIG_PATH),
+            object_selector,
+            rules,
+            ..Default::default()
+        }]),
+    }
+}
+
+/// The MutatingWebhookConfiguration: templating for labelled objects. Mutation runs before
+/// validation, so a rendered config is validated too when the object asks for both.
+pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfiguration {
+    let (object_selector, rules) = selected(TEMPLATE_CONFIG);
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(CONFIGURATION_NAME.to_string()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: "template.clair.projectquay.io".to_string(),
+            admission_review_versions: vec!["v1".to_string()],
+            side_effects: "None".to_string(),
+            failure_policy: Some("Fail".to_string()),
+            reinvocation_policy: Some("Never".to_string()),
+            timeout_seconds: Some(10),
+            client_config: client_config(settings, ca_cert, TEMPLATE_CONFIG_PATH),
+            object_selector,
+            rules,
             ..Default::default()
         }]),
     }
@@ -202,17 +239,25 @@ async fn ensure_configuration(
     settings: &Settings,
     ca_cert: &str,
 ) -> Result<(), Error> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    api.patch(
-        CONFIGURATION_NAME,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&configuration(settings, ca_cert)),
-    )
-    .await?;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(
+            CONFIGURATION_NAME,
+            &params,
+            &Patch::Apply(&validating(settings, ca_cert)),
+        )
+        .await?;
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(
+            CONFIGURATION_NAME,
+            &params,
+            &Patch::Apply(&mutating(settings, ca_cert)),
+        )
+        .await?;
     Ok(())
 }
 
-/// Runs the webhook until `shutdown` resolves: certificate, configuration, server, and a
+/// Runs the webhooks until `shutdown` resolves: certificate, configurations, server, and a
 /// loop that reissues and reloads the certificate when the Secret is renewed or deleted.
 pub async fn run(
     client: Client,
@@ -228,12 +273,17 @@ pub async fn run(
     .await
     .map_err(Error::Tls)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(server::serve(settings.listen, tls.clone(), {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }
-    }));
+    let server = tokio::spawn(server::serve(
+        client.clone(),
+        settings.listen,
+        tls.clone(),
+        {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        },
+    ));
     info!(listen = %settings.listen, "admission webhook serving");
     let mut shutdown = Box::pin(shutdown);
     loop {

@@ -10,11 +10,33 @@ use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tracing::{debug, warn};
 
-use super::{VALIDATE_CONFIG_PATH, validate};
+use axum::extract::State;
+use kube::Client;
+
+use super::{TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, templating, validate};
 
 /// The routes: one path per webhook.
-pub fn router() -> Router {
-    Router::new().route(VALIDATE_CONFIG_PATH, post(validate_config))
+pub fn router(client: Client) -> Router {
+    Router::new()
+        .route(VALIDATE_CONFIG_PATH, post(validate_config))
+        .route(TEMPLATE_CONFIG_PATH, post(template_config))
+        .with_state(client)
+}
+
+async fn template_config(
+    State(client): State<Client>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => {
+            warn!(error = %e, "malformed AdmissionReview");
+            return Json(AdmissionResponse::invalid(e.to_string()).into_review());
+        }
+    };
+    let response = templating::admit(&client, &request).await;
+    debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
+    Json(response.into_review())
 }
 
 async fn validate_config(
@@ -43,6 +65,7 @@ async fn validate_config(
 
 /// Serves `router()` on `addr` with `tls` until `shutdown` resolves.
 pub async fn serve(
+    client: Client,
     addr: SocketAddr,
     tls: RustlsConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -55,6 +78,6 @@ pub async fn serve(
     });
     axum_server::bind_rustls(addr, tls)
         .handle(handle)
-        .serve(router().into_make_service())
+        .serve(router(client).into_make_service())
         .await
 }

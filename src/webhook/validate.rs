@@ -30,7 +30,7 @@ impl Verdict {
 
 /// The text under `key` of a ConfigMap (`data`, `binaryData`) or Secret (`data` base64,
 /// `stringData`).
-fn value_of(object: &DynamicObject, kind: &str, key: &str) -> Option<String> {
+pub fn value_of(object: &DynamicObject, kind: &str, key: &str) -> Option<String> {
     let data = &object.data;
     if kind == "Secret" {
         if let Some(text) = data["stringData"][key].as_str() {

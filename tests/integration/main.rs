@@ -92,5 +92,6 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::a_service_monitor_appears_once_the_cluster_serves_them,
         webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,
         webhook::a_rotated_certificate_keeps_the_webhook_answering,
+        webhook::templating_resolves_references_the_author_may_read,
     ]
 }

@@ -164,3 +164,113 @@ pub async fn a_rotated_certificate_keeps_the_webhook_answering(
     );
     Ok(())
 }
+
+fn templated(kind: &str, name: &str, template: &str) -> String {
+    let data = if kind == "Secret" {
+        "stringData"
+    } else {
+        "data"
+    };
+    let indented: String = template.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\n  labels:\n    clair.projectquay.io/template-config: \"true\"\n  annotations:\n    clair.projectquay.io/template-input: config.yaml.in\n    clair.projectquay.io/template-output: config.yaml\n{data}:\n  config.yaml.in: |\n{indented}"
+    )
+}
+
+async fn output_of(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
+    let secrets: Api<Secret> = Api::namespaced(env.client().await?, ns);
+    Ok(secrets.get(name).await?.data.and_then(|d| {
+        d.get("config.yaml")
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    }))
+}
+
+pub async fn templating_resolves_references_the_author_may_read(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    webhook_registered(env).await?;
+    let ns = env.namespace("template").await?;
+    let apply = ["apply", "--server-side", "-f", "-"];
+    let database = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: database\nstringData:\n  DSN: \"host=db user=clair password='p: #1'\"\n";
+    ensure!(env.kubectl_run(&ns, &apply, Some(database))?.success);
+    let addresses = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: addresses\ndata:\n  indexer: http://indexer:6060\n";
+    ensure!(env.kubectl_run(&ns, &apply, Some(addresses))?.success);
+
+    let template = "matcher:\n  connstring: secret://database/DSN\n  indexer_addr: configmap://addresses/indexer\n";
+    let created = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&templated("Secret", "clair-config", template)),
+    )?;
+    ensure!(created.success, "{}", created.stderr);
+    let output = output_of(env, &ns, "clair-config")
+        .await?
+        .context("no rendered output")?;
+    let rendered: serde_json::Value = serde_saphyr::from_str(&output)?;
+    ensure!(
+        rendered["matcher"]["connstring"] == "host=db user=clair password='p: #1'",
+        "{output}"
+    );
+    ensure!(
+        rendered["matcher"]["indexer_addr"] == "http://indexer:6060",
+        "{output}"
+    );
+
+    // A Secret's value never goes into a ConfigMap.
+    let leak = env.kubectl_run(
+        &ns,
+        &apply,
+        Some(&templated("ConfigMap", "leaky", template)),
+    )?;
+    ensure!(
+        !leak.success && leak.stderr.contains("never written into a ConfigMap"),
+        "{}",
+        leak.stderr
+    );
+
+    // alice may create Secrets here but not read `database`: her template is refused.
+    let rbac = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: writer\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: alice-writer\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: writer\nsubjects:\n- kind: User\n  name: alice\n"
+    );
+    ensure!(env.kubectl_run(&ns, &apply, Some(&rbac))?.success);
+    let denied = env.kubectl_run_as(
+        "alice",
+        &ns,
+        &["create", "-f", "-"],
+        Some(&templated("Secret", "alices", template)),
+    )?;
+    ensure!(!denied.success, "alice read a Secret she may not get");
+    ensure!(
+        denied
+            .stderr
+            .contains("user alice may not get secrets database"),
+        "{}",
+        denied.stderr
+    );
+    // What she may read, she may use.
+    let allowed = env.kubectl_run_as(
+        "alice",
+        &ns,
+        &["create", "-f", "-"],
+        Some(&templated(
+            "Secret",
+            "alices",
+            "matcher:\n  indexer_addr: configmap://addresses/indexer\n",
+        )),
+    )?;
+    ensure!(allowed.success, "{}", allowed.stderr);
+
+    // Rotating the referenced Secret re-renders the output.
+    let rotated = database.replace("password='p: #1'", "password=rotated");
+    ensure!(env.kubectl_run(&ns, &apply, Some(&rotated))?.success);
+    eventually(
+        Duration::from_secs(60),
+        "the output re-rendered",
+        || async {
+            Ok(output_of(env, &ns, "clair-config")
+                .await?
+                .is_some_and(|o| o.contains("password=rotated")))
+        },
+    )
+    .await
+}

@@ -230,6 +230,17 @@ impl TestEnv {
         args: &[&str],
         input: Option<&str>,
     ) -> anyhow::Result<KubectlOutcome> {
+        self.kubectl_run_as("admin", namespace, args, input)
+    }
+
+    /// As [`TestEnv::kubectl_run`], as `user` (`admin`, `alice`, `bob`).
+    pub fn kubectl_run_as(
+        &self,
+        user: &str,
+        namespace: &str,
+        args: &[&str],
+        input: Option<&str>,
+    ) -> anyhow::Result<KubectlOutcome> {
         use std::io::Write;
         const TRANSIENT: &[&str] = &[
             "couldn't find resource",
@@ -241,6 +252,7 @@ impl TestEnv {
         loop {
             let mut child = self
                 .kubectl(namespace)
+                .env("KUBECONFIG", self.plane.kubeconfig_path(user))
                 .args(args)
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())

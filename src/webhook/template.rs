@@ -1,0 +1,256 @@
+//! Config templating: `secret://NAME/KEY` and `configmap://NAME/KEY` references in a config
+//! are replaced by the values they name. Pure: finding references and rendering take
+//! values; fetching them and checking who may read them is the webhook's job.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::clairconfig::{self, Document, Format};
+
+/// The kind of object a reference names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SourceKind {
+    Secret,
+    ConfigMap,
+}
+
+impl SourceKind {
+    /// The resource name, for access reviews.
+    pub fn resource(self) -> &'static str {
+        match self {
+            SourceKind::Secret => "secrets",
+            SourceKind::ConfigMap => "configmaps",
+        }
+    }
+}
+
+/// `secret://NAME/KEY` or `configmap://NAME/KEY`, in the object's own namespace.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Reference {
+    pub kind: SourceKind,
+    pub name: String,
+    pub key: String,
+}
+
+impl std::fmt::Display for Reference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = match self.kind {
+            SourceKind::Secret => "secret",
+            SourceKind::ConfigMap => "configmap",
+        };
+        write!(f, "{scheme}://{}/{}", self.name, self.key)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(String),
+    #[error(
+        "{reference} is malformed: use secret://NAME/KEY or configmap://NAME/KEY, in this namespace"
+    )]
+    Malformed { reference: String },
+    #[error("cannot write the rendered config: {0}")]
+    Encode(String),
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'
+}
+
+/// The references in one string, with their byte ranges.
+fn scan(text: &str) -> Result<Vec<(std::ops::Range<usize>, Reference)>, Error> {
+    let mut found = Vec::new();
+    for (scheme, kind) in [
+        ("secret://", SourceKind::Secret),
+        ("configmap://", SourceKind::ConfigMap),
+    ] {
+        let mut from = 0;
+        while let Some(offset) = text[from..].find(scheme) {
+            let start = from + offset;
+            let body_start = start + scheme.len();
+            let body: String = text[body_start..]
+                .chars()
+                .take_while(|c| is_name_char(*c) || is_key_char(*c) || *c == '/')
+                .collect();
+            let end = body_start + body.len();
+            let malformed = || Error::Malformed {
+                reference: text[start..end].to_string(),
+            };
+            let (name, key) = body.split_once('/').ok_or_else(malformed)?;
+            if name.is_empty()
+                || key.is_empty()
+                || !name.chars().all(is_name_char)
+                || key.contains('/')
+            {
+                return Err(malformed());
+            }
+            found.push((
+                start..end,
+                Reference {
+                    kind,
+                    name: name.to_string(),
+                    key: key.to_string(),
+                },
+            ));
+            from = end;
+        }
+    }
+    found.sort_by_key(|(range, _)| range.start);
+    Ok(found)
+}
+
+fn walk_strings(
+    value: &Value,
+    visit: &mut impl FnMut(&str) -> Result<(), Error>,
+) -> Result<(), Error> {
+    match value {
+        Value::String(s) => visit(s),
+        Value::Array(items) => items.iter().try_for_each(|v| walk_strings(v, visit)),
+        Value::Object(map) => map.values().try_for_each(|v| walk_strings(v, visit)),
+        _ => Ok(()),
+    }
+}
+
+/// The format of a template key: `.yaml` or `.json`, optionally followed by `.in`
+/// (`config.yaml.in`, as in the design discussion).
+pub fn format_of(key: &str) -> Result<Format, Error> {
+    clairconfig::root_format(key.strip_suffix(".in").unwrap_or(key)).ok_or_else(|| {
+        Error::Config(format!(
+            "the key {key:?} must end in .yaml or .json (a template input may add .in)"
+        ))
+    })
+}
+
+/// Parses the template (YAML or JSON, by the input key) as Clair would read it.
+pub fn parse(key: &str, text: &str) -> Result<(Value, Format), Error> {
+    let format = format_of(key)?;
+    let document = Document {
+        name: format!("key {key}"),
+        key: key.to_string(),
+        text: text.to_string(),
+    };
+    let value = clairconfig::parse(&document, format).map_err(|e| Error::Config(e.to_string()))?;
+    Ok((value, format))
+}
+
+/// Every reference in the parsed template, each once.
+pub fn references(template: &Value) -> Result<Vec<Reference>, Error> {
+    let mut all = Vec::new();
+    walk_strings(template, &mut |s| {
+        all.extend(scan(s)?.into_iter().map(|(_, r)| r));
+        Ok(())
+    })?;
+    all.sort();
+    all.dedup();
+    Ok(all)
+}
+
+fn substitute(value: &mut Value, values: &BTreeMap<Reference, String>) -> Result<(), Error> {
+    match value {
+        Value::String(s) => {
+            let mut out = String::with_capacity(s.len());
+            let mut last = 0;
+            for (range, reference) in scan(s)? {
+                out.push_str(&s[last..range.start]);
+                out.push_str(
+                    values
+                        .get(&reference)
+                        .map(String::as_str)
+                        .unwrap_or_default(),
+                );
+                last = range.end;
+            }
+            out.push_str(&s[last..]);
+            *s = out;
+            Ok(())
+        }
+        Value::Array(items) => items.iter_mut().try_for_each(|v| substitute(v, values)),
+        Value::Object(map) => map.values_mut().try_for_each(|v| substitute(v, values)),
+        _ => Ok(()),
+    }
+}
+
+/// The template with every reference replaced by its value, written in the template's
+/// format. Values replace the reference inside the string that holds it, so a value with
+/// YAML's special characters cannot change the document's structure.
+pub fn render(
+    template: &Value,
+    format: Format,
+    values: &BTreeMap<Reference, String>,
+) -> Result<String, Error> {
+    let mut rendered = template.clone();
+    substitute(&mut rendered, values)?;
+    match format {
+        Format::Json => {
+            serde_json::to_string_pretty(&rendered).map_err(|e| Error::Encode(e.to_string()))
+        }
+        Format::Yaml => {
+            serde_saphyr::to_string(&rendered).map_err(|e| Error::Encode(e.to_string()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(kind: SourceKind, name: &str, key: &str) -> Reference {
+        Reference {
+            kind,
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn references_are_found_and_values_substituted_in_place() {
+        let (template, format) = parse(
+            "config.yaml.in",
+            "matcher:\n  connstring: secret://database/DSN\n  indexer_addr: http://configmap://addrs/indexer:6060\nlog_level: info\n",
+        )
+        .unwrap();
+        let refs = references(&template).unwrap();
+        assert_eq!(
+            refs,
+            vec![
+                reference(SourceKind::Secret, "database", "DSN"),
+                reference(SourceKind::ConfigMap, "addrs", "indexer")
+            ]
+        );
+        let values = BTreeMap::from([
+            (
+                refs[0].clone(),
+                "host=db user=x password='a: b # c'".to_string(),
+            ),
+            (refs[1].clone(), "indexer".to_string()),
+        ]);
+        let out = render(&template, format, &values).unwrap();
+        let back: Value = serde_saphyr::from_str(&out).unwrap();
+        assert_eq!(
+            back["matcher"]["connstring"],
+            "host=db user=x password='a: b # c'"
+        );
+        assert_eq!(back["matcher"]["indexer_addr"], "http://indexer:6060");
+        assert_eq!(back["log_level"], "info");
+    }
+
+    #[test]
+    fn malformed_references_are_named() {
+        let (template, _) = parse("in.yaml", "a: secret://database\n").unwrap();
+        assert_eq!(
+            references(&template),
+            Err(Error::Malformed {
+                reference: "secret://database".into()
+            })
+        );
+        let (template, _) = parse("in.yaml", "a: configmap://UPPER/key\n").unwrap();
+        assert!(references(&template).is_err());
+        assert!(parse("in.txt", "a: 1").is_err());
+    }
+}
