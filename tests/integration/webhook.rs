@@ -230,7 +230,7 @@ pub async fn templating_resolves_references_the_author_may_read(
 
     // alice may create Secrets here but not read `database`: her template is refused.
     let rbac = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: writer\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: alice-writer\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: writer\nsubjects:\n- kind: User\n  name: alice\n";
-    ensure!(env.kubectl_run(&ns, &apply, Some(&rbac))?.success);
+    ensure!(env.kubectl_run(&ns, &apply, Some(rbac))?.success);
     let denied = env.kubectl_run_as(
         "alice",
         &ns,
