@@ -14,7 +14,7 @@ use crate::machine::service::{Replicas, Rollout, Workload};
 use crate::render::service::{ConfigSnapshot, min_available};
 
 /// Reads one referenced key. `Ok(Err(what))` names what is missing.
-async fn read_source(
+pub async fn read_source(
     client: &Client,
     namespace: &str,
     source: &ConfigSource,

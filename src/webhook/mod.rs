@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod register;
+pub mod resources;
 pub mod server;
 pub mod template;
 pub mod templating;
@@ -16,5 +17,7 @@ pub use crate::api::keys::VALIDATE_CONFIG;
 pub const CONFIGURATION_NAME: &str = "clair-operator";
 /// Path of the config validation webhook.
 pub const VALIDATE_CONFIG_PATH: &str = "/validate-config";
+/// Path of the custom resource checks.
+pub const VALIDATE_RESOURCE_PATH: &str = "/validate-resource";
 /// Path of the templating webhook.
 pub const TEMPLATE_CONFIG_PATH: &str = "/template-config";

@@ -21,7 +21,8 @@ use tracing::{info, warn};
 
 use super::certs::{self, Bundle, Renewal};
 use super::{
-    CONFIGURATION_NAME, TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, server,
+    CONFIGURATION_NAME, TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH,
+    VALIDATE_RESOURCE_PATH, server,
 };
 use crate::api::keys::TEMPLATE_CONFIG;
 use crate::controller::FIELD_MANAGER;
@@ -196,17 +197,40 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
             name: Some(CONFIGURATION_NAME.to_string()),
             ..Default::default()
         },
-        webhooks: Some(vec![ValidatingWebhook {
-            name: "config.clair.projectquay.io".to_string(),
-            admission_review_versions: vec!["v1".to_string()],
-            side_effects: "None".to_string(),
-            failure_policy: Some("Fail".to_string()),
-            timeout_seconds: Some(5),
-            client_config: client_config(settings, ca_cert, VALIDATE_CONFIG_PATH),
-            object_selector,
-            rules,
-            ..Default::default()
-        }]),
+        webhooks: Some(vec![
+            ValidatingWebhook {
+                name: "config.clair.projectquay.io".to_string(),
+                admission_review_versions: vec!["v1".to_string()],
+                side_effects: "None".to_string(),
+                failure_policy: Some("Fail".to_string()),
+                timeout_seconds: Some(5),
+                client_config: client_config(settings, ca_cert, VALIDATE_CONFIG_PATH),
+                object_selector,
+                rules,
+                ..Default::default()
+            },
+            ValidatingWebhook {
+                // Mostly warnings, so the operator being down must not block these writes.
+                name: "resources.clair.projectquay.io".to_string(),
+                admission_review_versions: vec!["v1".to_string()],
+                side_effects: "None".to_string(),
+                failure_policy: Some("Ignore".to_string()),
+                timeout_seconds: Some(5),
+                client_config: client_config(settings, ca_cert, VALIDATE_RESOURCE_PATH),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec![crate::api::GROUP.to_string()]),
+                    api_versions: Some(vec![crate::api::VERSION.to_string()]),
+                    operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
+                    resources: Some(
+                        ["clairs", "indexers", "matchers", "notifiers"]
+                            .map(String::from)
+                            .to_vec(),
+                    ),
+                    scope: Some("Namespaced".to_string()),
+                }]),
+                ..Default::default()
+            },
+        ]),
     }
 }
 

@@ -13,14 +13,52 @@ use tracing::{debug, warn};
 use axum::extract::State;
 use kube::Client;
 
-use super::{TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, templating, validate};
+use super::{
+    TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, resources, templating,
+    validate,
+};
+use crate::controller::observe;
 
 /// The routes: one path per webhook.
 pub fn router(client: Client) -> Router {
     Router::new()
         .route(VALIDATE_CONFIG_PATH, post(validate_config))
         .route(TEMPLATE_CONFIG_PATH, post(template_config))
+        .route(VALIDATE_RESOURCE_PATH, post(validate_resource))
         .with_state(client)
+}
+
+async fn validate_resource(
+    State(client): State<Client>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return Json(AdmissionResponse::invalid(e.to_string()).into_review()),
+    };
+    let mut response = AdmissionResponse::from(&request);
+    if let Some(object) = &request.object {
+        let kind = request.kind.kind.as_str();
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let mut fetched = Vec::new();
+        for source in resources::sources(object, kind) {
+            let text = observe::read_source(&client, &namespace, &source).await;
+            let found = match text {
+                Ok(Ok(document)) => Ok(document.text),
+                Ok(Err(missing)) => Err(missing),
+                Err(e) => Err(format!("cannot check: {e}")),
+            };
+            fetched.push((source, found));
+        }
+        let verdict = resources::check(object, kind, &resources::Fetched(fetched));
+        if !verdict.warnings.is_empty() {
+            response.warnings = Some(verdict.warnings);
+        }
+        if let Some(message) = verdict.denied {
+            response = response.deny(message);
+        }
+    }
+    Json(response.into_review())
 }
 
 async fn template_config(

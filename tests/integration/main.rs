@@ -93,5 +93,6 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,
         webhook::a_rotated_certificate_keeps_the_webhook_answering,
         webhook::templating_resolves_references_the_author_may_read,
+        webhook::resources_get_warnings_for_what_the_schema_cannot_check,
     ]
 }

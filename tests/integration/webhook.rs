@@ -272,3 +272,28 @@ pub async fn templating_resolves_references_the_author_may_read(
     )
     .await
 }
+
+pub async fn resources_get_warnings_for_what_the_schema_cannot_check(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    webhook_registered(env).await?;
+    let ns = env.namespace("resources").await?;
+    let indexer = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Indexer\nmetadata:\n  name: early\nspec:\n  config:\n    root:\n      configMap: {name: later, key: config.yaml}\n  autoscaling: {maxReplicas: 3, targetCPUUtilizationPercentage: 70}\n";
+    // The webhook's failure policy is Ignore: wait until it answers with its warnings.
+    let mut last = String::new();
+    eventually(Duration::from_secs(30), "resource warnings", || {
+        let outcome = env.kubectl_run(&ns, &["apply", "--server-side", "-f", "-"], Some(indexer));
+        let ok = outcome.as_ref().is_ok_and(|o| {
+            o.success
+                && o.stderr.contains("ConfigMap later does not exist")
+                && o.stderr.contains("requests.cpu is unset")
+        });
+        if let Ok(o) = &outcome {
+            last = o.stderr.clone();
+        }
+        async move { Ok(ok) }
+    })
+    .await
+    .with_context(|| format!("last kubectl output: {last}"))?;
+    Ok(())
+}

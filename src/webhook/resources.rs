@@ -1,0 +1,279 @@
+//! Checks of the four custom resources that the schema cannot express. What the operator
+//! cannot act on is refused; what may still be fixed (a ConfigMap created after the
+//! resource, a config being edited) comes back as warnings.
+
+use kube::api::DynamicObject;
+
+use super::validate::Verdict;
+use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, ServiceSpec};
+
+/// What the cluster holds, as far as the checks need it: the text of a referenced key, or
+/// why there is none.
+pub trait Lookup {
+    fn get(&self, source: &ConfigSource) -> Result<String, String>;
+}
+
+fn service_checks(
+    spec: &ServiceSpec,
+    mode: crate::clairconfig::Mode,
+    lookup: &impl Lookup,
+    warnings: &mut Vec<String>,
+) {
+    let sources = std::iter::once(&spec.config.root).chain(&spec.config.dropins);
+    let mut documents = Vec::new();
+    for source in sources {
+        match lookup.get(source) {
+            Ok(text) => documents.push(crate::clairconfig::Document {
+                name: source
+                    .key()
+                    .map(|k| format!("{} key {}", k.name, k.key))
+                    .unwrap_or_default(),
+                key: source.key().map(|k| k.key.clone()).unwrap_or_default(),
+                text,
+            }),
+            Err(missing) => warnings.push(format!(
+                "{missing}: the service stays Pending until it exists"
+            )),
+        }
+    }
+    if documents.len() == 1 + spec.config.dropins.len() {
+        let (root, dropins) = documents.split_at(1);
+        for error in crate::clairconfig::check(&root[0], dropins, mode).errors() {
+            warnings.push(format!(
+                "the config is invalid in {} mode: {error}; it will not be rolled out",
+                mode.as_str()
+            ));
+        }
+    }
+    if let Some(autoscaling) = &spec.autoscaling {
+        let requests = spec
+            .pod
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref());
+        for (target, resource) in [
+            (autoscaling.target_cpu_utilization_percentage, "cpu"),
+            (autoscaling.target_memory_utilization_percentage, "memory"),
+        ] {
+            if target.is_some() && !requests.is_some_and(|r| r.contains_key(resource)) {
+                warnings.push(format!(
+                    "autoscaling targets {resource} utilization but pod.resources.requests.{resource} is unset: the autoscaler cannot compute it"
+                ));
+            }
+        }
+    }
+}
+
+/// The verdict on a resource of `kind` in the operator's group.
+pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdict {
+    let value = match serde_json::to_value(object) {
+        Ok(value) => value,
+        Err(e) => {
+            return Verdict {
+                denied: Some(format!("cannot read the object: {e}")),
+                warnings: Vec::new(),
+            };
+        }
+    };
+    let mut warnings = Vec::new();
+    let parsed: Result<(), serde_json::Error> = (|| {
+        match kind {
+            "Indexer" => service_checks(
+                &serde_json::from_value::<Indexer>(value.clone())?
+                    .spec
+                    .service,
+                crate::clairconfig::Mode::Indexer,
+                lookup,
+                &mut warnings,
+            ),
+            "Matcher" => service_checks(
+                &serde_json::from_value::<Matcher>(value.clone())?
+                    .spec
+                    .service,
+                crate::clairconfig::Mode::Matcher,
+                lookup,
+                &mut warnings,
+            ),
+            "Notifier" => service_checks(
+                &serde_json::from_value::<Notifier>(value.clone())?
+                    .spec
+                    .service,
+                crate::clairconfig::Mode::Notifier,
+                lookup,
+                &mut warnings,
+            ),
+            "Clair" => clair_checks(
+                &serde_json::from_value::<Clair>(value.clone())?,
+                lookup,
+                &mut warnings,
+            ),
+            _ => {}
+        }
+        Ok(())
+    })();
+    match parsed {
+        Ok(()) => Verdict {
+            denied: None,
+            warnings,
+        },
+        Err(e) => Verdict {
+            denied: Some(format!("the {kind} does not match its schema: {e}")),
+            warnings,
+        },
+    }
+}
+
+fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>) {
+    let spec = &clair.spec;
+    for dropin in &spec.dropins {
+        if let Err(missing) = lookup.get(dropin) {
+            warnings.push(format!(
+                "{missing}: the Clair stays Pending until it exists"
+            ));
+        }
+    }
+    if let Some(external) = &spec.database.external {
+        let services = [
+            ("indexer", Some(&external.indexer)),
+            ("matcher", Some(&external.matcher)),
+            ("notifier", external.notifier.as_ref()),
+        ];
+        for (service, reference) in services {
+            let Some(reference) = reference else { continue };
+            let source = ConfigSource {
+                config_map: None,
+                secret: Some(reference.clone()),
+            };
+            if let Err(missing) = lookup.get(&source) {
+                warnings.push(format!("the {service} connection string: {missing}"));
+            }
+        }
+    }
+    let notifier_disabled = spec.notifier.as_ref().and_then(|n| n.enabled) == Some(false);
+    if notifier_disabled
+        && spec
+            .notifier
+            .as_ref()
+            .is_some_and(|n| n.service != Default::default())
+    {
+        warnings.push("notifier settings are ignored while notifier.enabled is false".to_string());
+    }
+}
+
+/// Every ConfigMap or Secret key a resource names, for fetching before [`check`].
+pub fn sources(object: &DynamicObject, kind: &str) -> Vec<ConfigSource> {
+    let Ok(value) = serde_json::to_value(object) else {
+        return Vec::new();
+    };
+    let service = |spec: &ServiceSpec| -> Vec<ConfigSource> {
+        std::iter::once(spec.config.root.clone())
+            .chain(spec.config.dropins.iter().cloned())
+            .collect()
+    };
+    match kind {
+        "Indexer" => serde_json::from_value::<Indexer>(value).map(|o| service(&o.spec.service)),
+        "Matcher" => serde_json::from_value::<Matcher>(value).map(|o| service(&o.spec.service)),
+        "Notifier" => serde_json::from_value::<Notifier>(value).map(|o| service(&o.spec.service)),
+        "Clair" => serde_json::from_value::<Clair>(value).map(|clair| {
+            let mut all = clair.spec.dropins.clone();
+            if let Some(external) = &clair.spec.database.external {
+                let secrets = [
+                    Some(&external.indexer),
+                    Some(&external.matcher),
+                    external.notifier.as_ref(),
+                ];
+                all.extend(secrets.into_iter().flatten().map(|k| ConfigSource {
+                    config_map: None,
+                    secret: Some(k.clone()),
+                }));
+            }
+            all
+        }),
+        _ => Ok(Vec::new()),
+    }
+    .unwrap_or_default()
+}
+
+/// Keys fetched ahead of the checks.
+pub struct Fetched(pub Vec<(ConfigSource, Result<String, String>)>);
+
+impl Lookup for Fetched {
+    fn get(&self, source: &ConfigSource) -> Result<String, String> {
+        self.0
+            .iter()
+            .find(|(s, _)| s == source)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| Err("not looked up".to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    struct Cluster(Vec<(String, String)>);
+
+    impl Lookup for Cluster {
+        fn get(&self, source: &ConfigSource) -> Result<String, String> {
+            let key = source.key().ok_or("no reference")?;
+            self.0
+                .iter()
+                .find(|(name, _)| *name == key.name)
+                .map(|(_, text)| text.clone())
+                .ok_or_else(|| format!("{} does not exist", key.name))
+        }
+    }
+
+    fn indexer(extra: Value) -> DynamicObject {
+        let mut spec =
+            json!({"config": {"root": {"configMap": {"name": "cfg", "key": "config.yaml"}}}});
+        json_patch::merge(&mut spec, &extra);
+        serde_json::from_value(json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Indexer", "metadata": {"name": "i"}, "spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn a_missing_config_is_a_warning_and_an_invalid_one_says_why() {
+        let v = check(&indexer(json!({})), "Indexer", &Cluster(vec![]));
+        assert_eq!(v.denied, None);
+        assert!(
+            v.warnings[0].contains("cfg does not exist"),
+            "{:?}",
+            v.warnings
+        );
+        let v = check(
+            &indexer(json!({})),
+            "Indexer",
+            &Cluster(vec![("cfg".into(), "indexr: {}".into())]),
+        );
+        assert!(
+            v.warnings[0].contains("invalid in indexer mode: indexr: unknown key"),
+            "{:?}",
+            v.warnings
+        );
+        let v = check(
+            &indexer(json!({})),
+            "Indexer",
+            &Cluster(vec![("cfg".into(), "log_level: info".into())]),
+        );
+        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    }
+
+    #[test]
+    fn cpu_targets_need_cpu_requests() {
+        let v = check(
+            &indexer(
+                json!({"autoscaling": {"maxReplicas": 3, "targetCPUUtilizationPercentage": 70}}),
+            ),
+            "Indexer",
+            &Cluster(vec![("cfg".into(), String::new())]),
+        );
+        assert!(
+            v.warnings
+                .iter()
+                .any(|w| w.contains("requests.cpu is unset")),
+            "{:?}",
+            v.warnings
+        );
+    }
+}
