@@ -92,6 +92,10 @@ struct RunArgs {
     /// for example https://10.0.0.5:8443.
     #[arg(long)]
     webhook_url: Option<String>,
+    /// Serve the certificate mounted in this folder (tls.crt, tls.key, ca.crt, as
+    /// cert-manager writes them) instead of issuing one; changed files are reloaded.
+    #[arg(long)]
+    webhook_cert_dir: Option<PathBuf>,
     /// Run without the admission webhook.
     #[arg(long)]
     no_webhook: bool,
@@ -129,11 +133,13 @@ impl RunArgs {
             ),
         };
         Ok(Some(webhook::register::Settings {
+            name: webhook::CONFIGURATION_NAME.to_string(),
             listen: self.webhook_listen,
             target,
             hosts,
             namespace: namespace.to_string(),
             recheck: std::time::Duration::from_secs(60),
+            mounted: self.webhook_cert_dir.clone(),
         }))
     }
 }

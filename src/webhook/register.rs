@@ -21,8 +21,7 @@ use tracing::{info, warn};
 
 use super::certs::{self, Bundle, Renewal};
 use super::{
-    CONFIGURATION_NAME, TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH,
-    VALIDATE_RESOURCE_PATH, server,
+    TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, server,
 };
 use crate::api::keys::TEMPLATE_CONFIG;
 use crate::controller::FIELD_MANAGER;
@@ -45,6 +44,8 @@ pub enum Target {
 
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Name of the webhook configurations (and of the certificate Secret's prefix).
+    pub name: String,
     /// Where the server listens.
     pub listen: SocketAddr,
     pub target: Target,
@@ -52,8 +53,12 @@ pub struct Settings {
     pub hosts: Vec<String>,
     /// Namespace of the certificate Secret.
     pub namespace: String,
-    /// How often the Secret is checked (renewal, deletion).
+    /// How often the certificate is checked (renewal, deletion, new files).
     pub recheck: Duration,
+    /// Serve the certificate mounted in this folder (`tls.crt`, `tls.key`, and `ca.crt` for
+    /// the `caBundle`, as cert-manager writes them) instead of issuing one. Files that
+    /// change are reloaded.
+    pub mounted: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +69,38 @@ pub enum Error {
     Certificate(#[from] rcgen::Error),
     #[error("cannot load the webhook certificate: {0}")]
     Tls(std::io::Error),
+    #[error("cannot read the mounted webhook certificate {path}: {source}")]
+    Mounted {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// The certificate mounted in `dir`.
+fn read_mounted(dir: &std::path::Path) -> Result<Bundle, Error> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path).map_err(|source| Error::Mounted {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    Ok(Bundle {
+        ca_cert: read("ca.crt")?,
+        ca_key: String::new(),
+        cert: read("tls.crt")?,
+        key: read("tls.key")?,
+        not_after: 0,
+        ca_not_after: 0,
+    })
+}
+
+/// The certificate to serve now: the mounted one, or the operator's own.
+async fn current_certificate(client: &Client, settings: &Settings) -> Result<Bundle, Error> {
+    match &settings.mounted {
+        Some(dir) => read_mounted(dir),
+        None => ensure_certificate(client, settings).await,
+    }
 }
 
 fn bundle_from(secret: &Secret) -> Option<Bundle> {
@@ -194,7 +231,7 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
     let (object_selector, rules) = selected(VALIDATE_CONFIG);
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
-            name: Some(CONFIGURATION_NAME.to_string()),
+            name: Some(settings.name.clone()),
             ..Default::default()
         },
         webhooks: Some(vec![
@@ -240,7 +277,7 @@ pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfigurat
     let (object_selector, rules) = selected(TEMPLATE_CONFIG);
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
-            name: Some(CONFIGURATION_NAME.to_string()),
+            name: Some(settings.name.clone()),
             ..Default::default()
         },
         webhooks: Some(vec![MutatingWebhook {
@@ -266,14 +303,14 @@ async fn ensure_configuration(
     let params = PatchParams::apply(FIELD_MANAGER).force();
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .patch(
-            CONFIGURATION_NAME,
+            &settings.name,
             &params,
             &Patch::Apply(&validating(settings, ca_cert)),
         )
         .await?;
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .patch(
-            CONFIGURATION_NAME,
+            &settings.name,
             &params,
             &Patch::Apply(&mutating(settings, ca_cert)),
         )
@@ -288,7 +325,7 @@ pub async fn run(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let mut serving = ensure_certificate(&client, &settings).await?;
+    let mut serving = current_certificate(&client, &settings).await?;
     ensure_configuration(&client, &settings, &serving.ca_cert).await?;
     let tls = RustlsConfig::from_pem(
         serving.cert.clone().into_bytes(),
@@ -315,7 +352,7 @@ pub async fn run(
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(settings.recheck) => {}
         }
-        match ensure_certificate(&client, &settings).await {
+        match current_certificate(&client, &settings).await {
             Ok(bundle) if bundle != serving => {
                 // The new CA goes to the apiserver before the server presents a certificate
                 // signed by it.

@@ -94,5 +94,6 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         webhook::a_rotated_certificate_keeps_the_webhook_answering,
         webhook::templating_resolves_references_the_author_may_read,
         webhook::resources_get_warnings_for_what_the_schema_cannot_check,
+        webhook::a_mounted_certificate_is_served_and_reloaded,
     ]
 }

@@ -297,3 +297,122 @@ pub async fn resources_get_warnings_for_what_the_schema_cannot_check(
     .with_context(|| format!("last kubectl output: {last}"))?;
     Ok(())
 }
+
+fn write_certificate(
+    dir: &std::path::Path,
+) -> anyhow::Result<clair_operator::webhook::certs::Bundle> {
+    let bundle = clair_operator::webhook::certs::issue(
+        &["127.0.0.1".to_string()],
+        None,
+        time::OffsetDateTime::now_utc(),
+    )?;
+    std::fs::write(dir.join("ca.crt"), &bundle.ca_cert)?;
+    std::fs::write(dir.join("tls.crt"), &bundle.cert)?;
+    std::fs::write(dir.join("tls.key"), &bundle.key)?;
+    Ok(bundle)
+}
+
+/// An HTTPS request to the server, trusting only `ca`: succeeds only if the server presents
+/// a certificate `ca` signed.
+fn handshake(port: u16, ca: &std::path::Path) -> bool {
+    std::process::Command::new("curl")
+        .args([
+            "--silent",
+            "--output",
+            "/dev/null",
+            "--max-time",
+            "5",
+            "--cacert",
+        ])
+        .arg(ca)
+        .args([
+            "-X",
+            "POST",
+            "-d",
+            "{}",
+            &format!("https://127.0.0.1:{port}/validate-config"),
+        ])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyhow::Result<()> {
+    use clair_operator::webhook::register::{Settings, Target, run};
+    let dir = tempfile::tempdir()?;
+    let first = write_certificate(dir.path())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    // Its own configuration name, so the operator's own webhook is left alone.
+    let name = "clair-operator-mounted-test";
+    let settings = Settings {
+        name: name.to_string(),
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        target: Target::Url(format!("https://127.0.0.1:{port}")),
+        hosts: vec!["127.0.0.1".to_string()],
+        namespace: "clair-operator".to_string(),
+        recheck: Duration::from_secs(1),
+        mounted: Some(dir.path().to_path_buf()),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let client = env.client().await?;
+    let server = tokio::spawn(run(client.clone(), settings, async move {
+        let mut stopped = stopped;
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let bundle_is = |ca: String| {
+        let configurations = configurations.clone();
+        async move {
+            let Some(c) = configurations.get_opt(name).await? else {
+                return Ok(false);
+            };
+            let bundle = c
+                .webhooks
+                .unwrap_or_default()
+                .first()
+                .and_then(|w| w.client_config.ca_bundle.clone());
+            Ok(bundle.map(|b| b.0) == Some(ca.into_bytes()))
+        }
+    };
+    let outcome: anyhow::Result<()> = async {
+        eventually(Duration::from_secs(30), "the mounted CA registered", || {
+            bundle_is(first.ca_cert.clone())
+        })
+        .await?;
+        let old_ca = dir.path().join("old-ca.crt");
+        std::fs::write(&old_ca, &first.ca_cert)?;
+        ensure!(
+            handshake(port, &old_ca),
+            "the mounted certificate is not served"
+        );
+
+        // cert-manager renews: new files, picked up without a restart.
+        let second = write_certificate(dir.path())?;
+        eventually(Duration::from_secs(30), "the renewed CA registered", || {
+            bundle_is(second.ca_cert.clone())
+        })
+        .await?;
+        let new_ca = dir.path().join("ca.crt");
+        eventually(
+            Duration::from_secs(30),
+            "the renewed certificate served",
+            || async { Ok(handshake(port, &new_ca)) },
+        )
+        .await?;
+        ensure!(
+            !handshake(port, &old_ca),
+            "the old certificate is still served"
+        );
+        Ok(())
+    }
+    .await;
+    let _ = stop.send(true);
+    let _ = server.await;
+    // A configuration pointing at a stopped server would refuse every labelled write.
+    let _ = configurations.delete(name, &DeleteParams::default()).await;
+    let mutating: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client);
+    let _ = mutating.delete(name, &DeleteParams::default()).await;
+    outcome
+}

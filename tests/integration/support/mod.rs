@@ -103,12 +103,14 @@ fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
         .local_addr()?
         .port();
     Ok(webhook::register::Settings {
+        name: webhook::CONFIGURATION_NAME.to_string(),
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         target: webhook::register::Target::Url(format!("https://127.0.0.1:{port}")),
         hosts: vec!["127.0.0.1".to_string()],
         namespace: "clair-operator".to_string(),
         // Quick, so a test that deletes the certificate sees it reissued soon.
         recheck: Duration::from_secs(1),
+        mounted: None,
     })
 }
 
