@@ -1,12 +1,13 @@
 //! The CustomResourceDefinitions as YAML: printed by `clair-operator crds`, written to `crds/`
 //! and compared with the committed files by a test, so a schema change cannot ship stale.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
 use crate::api::{Clair, Indexer, Matcher, Notifier};
+use crate::generated::{self, GeneratedFile};
 
 /// Errors of generating or checking the CRD files.
 #[derive(Debug, thiserror::Error)]
@@ -16,13 +17,8 @@ pub enum Error {
         name: String,
         source: serde_saphyr::ser::Error,
     },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} CRD file(s) differ from the code: {}; run `cargo run -- crds --out crds`", stale.len(), stale.join(", "))]
-    Stale { stale: Vec<String> },
+    #[error(transparent)]
+    Files(#[from] generated::Error),
 }
 
 const HEADER: &str =
@@ -38,15 +34,9 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// One generated file: its name in `crds/` and its text.
-pub struct CrdFile {
-    pub file_name: String,
-    pub yaml: String,
-}
-
 /// The files `crds/` must hold: one per CRD, named after it, and a `kustomization.yaml`
 /// listing them (so `kubectl apply -k crds` and `deploy/` can use the folder).
-pub fn files() -> Result<Vec<CrdFile>, Error> {
+pub fn files() -> Result<Vec<GeneratedFile>, Error> {
     let mut files = all()
         .into_iter()
         .map(|crd| {
@@ -55,19 +45,16 @@ pub fn files() -> Result<Vec<CrdFile>, Error> {
                 name: name.clone(),
                 source,
             })?;
-            Ok(CrdFile {
-                file_name: format!("{name}.yaml"),
-                yaml: format!("{HEADER}{body}"),
+            Ok(GeneratedFile {
+                name: format!("{name}.yaml"),
+                text: format!("{HEADER}{body}"),
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let resources: String = files
-        .iter()
-        .map(|f| format!("  - {}\n", f.file_name))
-        .collect();
-    files.push(CrdFile {
-        file_name: "kustomization.yaml".to_string(),
-        yaml: format!(
+    let resources: String = files.iter().map(|f| format!("  - {}\n", f.name)).collect();
+    files.push(GeneratedFile {
+        name: "kustomization.yaml".to_string(),
+        text: format!(
             "{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{resources}"
         ),
     });
@@ -76,41 +63,23 @@ pub fn files() -> Result<Vec<CrdFile>, Error> {
 
 /// Writes every file into `dir`.
 pub fn write(dir: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
-        path: dir.to_owned(),
-        source,
-    })?;
-    for file in files()? {
-        let path = dir.join(&file.file_name);
-        std::fs::write(&path, file.yaml).map_err(|source| Error::Write { path, source })?;
-    }
-    Ok(())
+    Ok(generated::write(dir, &files()?)?)
 }
 
 /// Fails, naming each file, when `dir` does not hold exactly what the code prints.
 pub fn check(dir: &Path) -> Result<(), Error> {
-    let stale: Vec<String> = files()?
-        .into_iter()
-        .filter(|file| {
-            std::fs::read_to_string(dir.join(&file.file_name))
-                .ok()
-                .as_deref()
-                != Some(&file.yaml)
-        })
-        .map(|file| file.file_name)
-        .collect();
-    if stale.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Stale { stale })
-    }
+    Ok(generated::check(
+        dir,
+        &files()?,
+        "cargo run -- crds --out crds",
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn committed() -> PathBuf {
+    fn committed() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")
     }
 
@@ -126,8 +95,8 @@ mod tests {
         // zip stops at the CRDs: the kustomization comes last.
         for (crd, file) in all().into_iter().zip(files().expect("files")) {
             let read: CustomResourceDefinition =
-                serde_saphyr::from_str(&file.yaml).expect("generated YAML parses");
-            assert_eq!(read, crd, "{} does not round-trip", file.file_name);
+                serde_saphyr::from_str(&file.text).expect("generated YAML parses");
+            assert_eq!(read, crd, "{} does not round-trip", file.name);
         }
     }
 

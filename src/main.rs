@@ -239,8 +239,8 @@ fn crds(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
     let files = crdgen::files().map_err(|e| e.to_string())?;
     let docs: Vec<String> = files
         .into_iter()
-        .filter(|f| f.file_name != "kustomization.yaml")
-        .map(|f| f.yaml)
+        .filter(|f| f.name != "kustomization.yaml")
+        .map(|f| f.text)
         .collect();
     print!("{}", docs.join("---\n"));
     Ok(())
@@ -255,9 +255,9 @@ fn diagrams(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> 
     }
     for file in diagram::files()
         .into_iter()
-        .filter(|f| f.file_name.ends_with(".mmd"))
+        .filter(|f| f.name.ends_with(".mmd"))
     {
-        println!("%% {}\n{}", file.file_name, file.text);
+        println!("%% {}\n{}", file.name, file.text);
     }
     Ok(())
 }

@@ -2,30 +2,13 @@
 //! by `clair-operator diagrams` and compared with the committed files by a test.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::clair::ClairClass;
 use super::service::ServiceClass;
 use super::table::{ObservationClass, transitions};
 use crate::api::Phase;
-
-/// One generated file.
-pub struct DiagramFile {
-    pub file_name: &'static str,
-    pub text: String,
-}
-
-/// Errors of writing or checking the diagrams.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} diagram file(s) differ from the code: {}; run `cargo run -- diagrams --out state-diagrams`", stale.len(), stale.join(", "))]
-    Stale { stale: Vec<String> },
-}
+use crate::generated::{self, GeneratedFile};
 
 /// The diagram of one machine: an edge per (from, to) pair, labelled with the classes of
 /// observation that take it. Staying in a phase is not drawn.
@@ -53,7 +36,7 @@ pub fn mermaid<C: ObservationClass>() -> String {
 }
 
 /// Every file `state-diagrams/` must hold.
-pub fn files() -> Vec<DiagramFile> {
+pub fn files() -> Vec<GeneratedFile> {
     let service = mermaid::<ServiceClass>();
     let clair = mermaid::<ClairClass>();
     let page = format!(
@@ -67,52 +50,27 @@ pub fn files() -> Vec<DiagramFile> {
          ## Indexer, Matcher, Notifier\n\n```mermaid\n{service}```\n\n\
          ## Clair\n\n```mermaid\n{clair}```\n"
     );
-    vec![
-        DiagramFile {
-            file_name: "service.mmd",
-            text: service,
-        },
-        DiagramFile {
-            file_name: "clair.mmd",
-            text: clair,
-        },
-        DiagramFile {
-            file_name: "README.md",
-            text: page,
-        },
+    [
+        ("service.mmd", service),
+        ("clair.mmd", clair),
+        ("README.md", page),
     ]
+    .into_iter()
+    .map(|(name, text)| GeneratedFile {
+        name: name.to_string(),
+        text,
+    })
+    .collect()
 }
 
 /// Writes every file into `dir`.
-pub fn write(dir: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
-        path: dir.to_owned(),
-        source,
-    })?;
-    for file in files() {
-        let path = dir.join(file.file_name);
-        std::fs::write(&path, file.text).map_err(|source| Error::Write { path, source })?;
-    }
-    Ok(())
+pub fn write(dir: &Path) -> Result<(), generated::Error> {
+    generated::write(dir, &files())
 }
 
 /// Fails, naming each file, when `dir` does not hold exactly what the code draws.
-pub fn check(dir: &Path) -> Result<(), Error> {
-    let stale: Vec<String> = files()
-        .into_iter()
-        .filter(|f| {
-            std::fs::read_to_string(dir.join(f.file_name))
-                .ok()
-                .as_deref()
-                != Some(&f.text)
-        })
-        .map(|f| f.file_name.to_string())
-        .collect();
-    if stale.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Stale { stale })
-    }
+pub fn check(dir: &Path) -> Result<(), generated::Error> {
+    generated::check(dir, &files(), "cargo run -- diagrams --out state-diagrams")
 }
 
 #[cfg(test)]

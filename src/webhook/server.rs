@@ -3,15 +3,14 @@
 
 use std::net::SocketAddr;
 
+use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use axum_server::tls_rustls::RustlsConfig;
+use kube::Client;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tracing::{debug, warn};
-
-use axum::extract::State;
-use kube::Client;
 
 use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, resources, templating,
@@ -28,77 +27,81 @@ pub fn router(client: Client) -> Router {
         .with_state(client)
 }
 
-async fn validate_resource(
-    State(client): State<Client>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
-) -> Json<AdmissionReview<DynamicObject>> {
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
-        Ok(request) => request,
-        Err(e) => return Json(AdmissionResponse::invalid(e.to_string()).into_review()),
-    };
-    let mut response = AdmissionResponse::from(&request);
-    if let Some(object) = &request.object {
+type Review = Json<AdmissionReview<DynamicObject>>;
+
+/// Unwraps the request of a review, answers it with `decide`, and wraps the response; a
+/// malformed review is answered as invalid.
+async fn answer<F, Fut>(review: AdmissionReview<DynamicObject>, decide: F) -> Review
+where
+    F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
+    Fut: std::future::Future<Output = AdmissionResponse>,
+{
+    let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
+    match request {
+        Ok(request) => Json(decide(request).await.into_review()),
+        Err(e) => {
+            warn!(error = %e, "malformed AdmissionReview");
+            Json(AdmissionResponse::invalid(e.to_string()).into_review())
+        }
+    }
+}
+
+/// Applies a verdict to a response.
+fn conclude(mut response: AdmissionResponse, verdict: validate::Verdict) -> AdmissionResponse {
+    if !verdict.warnings.is_empty() {
+        response.warnings = Some(verdict.warnings);
+    }
+    match verdict.denied {
+        Some(message) => response.deny(message),
+        None => response,
+    }
+}
+
+async fn validate_config(Json(review): Review) -> Review {
+    answer(review, |request| async move {
+        let response = AdmissionResponse::from(&request);
+        let Some(object) = &request.object else {
+            return response;
+        };
+        let verdict = validate::config_object(object, &request.kind.kind);
+        debug!(kind = %request.kind.kind, name = %request.name, denied = ?verdict.denied, "config validation");
+        conclude(response, verdict)
+    })
+    .await
+}
+
+async fn validate_resource(State(client): State<Client>, Json(review): Review) -> Review {
+    answer(review, |request| async move {
+        let response = AdmissionResponse::from(&request);
+        let Some(object) = &request.object else {
+            return response;
+        };
         let kind = request.kind.kind.as_str();
         let namespace = request.namespace.clone().unwrap_or_default();
         let mut fetched = Vec::new();
         for source in resources::sources(object, kind) {
-            let text = observe::read_source(&client, &namespace, &source).await;
-            let found = match text {
+            let found = match observe::read_source(&client, &namespace, &source).await {
                 Ok(Ok(document)) => Ok(document.text),
                 Ok(Err(missing)) => Err(missing),
                 Err(e) => Err(format!("cannot check: {e}")),
             };
             fetched.push((source, found));
         }
-        let verdict = resources::check(object, kind, &resources::Fetched(fetched));
-        if !verdict.warnings.is_empty() {
-            response.warnings = Some(verdict.warnings);
-        }
-        if let Some(message) = verdict.denied {
-            response = response.deny(message);
-        }
-    }
-    Json(response.into_review())
+        conclude(
+            response,
+            resources::check(object, kind, &resources::Fetched(fetched)),
+        )
+    })
+    .await
 }
 
-async fn template_config(
-    State(client): State<Client>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
-) -> Json<AdmissionReview<DynamicObject>> {
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
-        Ok(request) => request,
-        Err(e) => {
-            warn!(error = %e, "malformed AdmissionReview");
-            return Json(AdmissionResponse::invalid(e.to_string()).into_review());
-        }
-    };
-    let response = templating::admit(&client, &request).await;
-    debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
-    Json(response.into_review())
-}
-
-async fn validate_config(
-    Json(review): Json<AdmissionReview<DynamicObject>>,
-) -> Json<AdmissionReview<DynamicObject>> {
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
-        Ok(request) => request,
-        Err(e) => {
-            warn!(error = %e, "malformed AdmissionReview");
-            return Json(AdmissionResponse::invalid(e.to_string()).into_review());
-        }
-    };
-    let mut response = AdmissionResponse::from(&request);
-    if let Some(object) = &request.object {
-        let verdict = validate::config_object(object, &request.kind.kind);
-        debug!(kind = %request.kind.kind, name = %request.name, denied = ?verdict.denied, "config validation");
-        if !verdict.warnings.is_empty() {
-            response.warnings = Some(verdict.warnings);
-        }
-        if let Some(message) = verdict.denied {
-            response = response.deny(message);
-        }
-    }
-    Json(response.into_review())
+async fn template_config(State(client): State<Client>, Json(review): Review) -> Review {
+    answer(review, |request| async move {
+        let response = templating::admit(&client, &request).await;
+        debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
+        response
+    })
+    .await
 }
 
 /// Serves `router()` on `addr` with `tls` until `shutdown` resolves.
