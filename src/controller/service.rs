@@ -179,6 +179,10 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
         namespace: &namespace,
         owner,
         spec,
+        current_replicas: current
+            .as_ref()
+            .and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.replicas),
     };
     // Render now: whether the desired pod template differs from the running one is part of
     // what the machine observes (a rollout starts with this reconcile).

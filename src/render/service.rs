@@ -47,6 +47,9 @@ pub struct ServiceInput<'a> {
     /// The controller owner reference to the resource.
     pub owner: OwnerReference,
     pub spec: &'a ServiceSpec,
+    /// The running Deployment's replica count, if any: kept as it is while an autoscaler
+    /// owns the count.
+    pub current_replicas: Option<i32>,
 }
 
 /// A validated, merged config, frozen into an immutable Secret that the pods mount. The
@@ -151,7 +154,9 @@ fn scratch_volume(spec: &ServiceSpec) -> Volume {
 }
 
 /// The Deployment running `snapshot`'s config. Without autoscaling it carries
-/// `spec.replicas`; with it, the replica count is left to the HorizontalPodAutoscaler.
+/// `spec.replicas`; with it, the replica count the HorizontalPodAutoscaler last set. (Leaving
+/// the field out would make server-side apply drop it, resetting the Deployment to one pod
+/// until the autoscaler acts again.)
 pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str) -> Deployment {
     let spec = input.spec;
     let pod = &spec.pod;
@@ -232,7 +237,10 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
     Deployment {
         metadata: metadata(input, input.name.to_string()),
         spec: Some(DeploymentSpec {
-            replicas: spec.autoscaling.is_none().then_some(spec.replicas),
+            replicas: match spec.autoscaling {
+                None => Some(spec.replicas),
+                Some(_) => input.current_replicas,
+            },
             selector: LabelSelector {
                 match_labels: Some(selector),
                 ..Default::default()
@@ -430,6 +438,7 @@ mod tests {
                 block_owner_deletion: Some(true),
             },
             spec,
+            current_replicas: None,
         }
     }
 
@@ -541,8 +550,10 @@ mod tests {
             target_cpu_utilization_percentage: Some(70),
             ..Default::default()
         });
-        let input = input(&spec);
+        let mut input = input(&spec);
         assert_eq!(deployment(&input, "s", "h").spec.unwrap().replicas, None);
+        input.current_replicas = Some(4);
+        assert_eq!(deployment(&input, "s", "h").spec.unwrap().replicas, Some(4));
         let hpa = autoscaler(&input).expect("an autoscaler");
         let hs = hpa.spec.unwrap();
         assert_eq!((hs.min_replicas, hs.max_replicas), (Some(2), 5));

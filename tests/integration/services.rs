@@ -408,6 +408,34 @@ pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
     )
     .await?;
 
+    // Turning autoscaling on keeps the running count: the autoscaler takes it from there.
+    let api: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
+    api.patch(
+        "byhand",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"autoscaling": {"minReplicas": 2, "maxReplicas": 5}}})),
+    )
+    .await?;
+    let deployments: Api<Deployment> = Api::namespaced(env.client().await?, &ns);
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(env.client().await?, &ns);
+    eventually(LONG, "the autoscaler created", || {
+        let hpas = hpas.clone();
+        async move { Ok(hpas.get_opt("byhand").await?.is_some()) }
+    })
+    .await?;
+    for _ in 0..10 {
+        let replicas = deployments
+            .get("byhand")
+            .await?
+            .spec
+            .and_then(|s| s.replicas);
+        ensure!(
+            replicas == Some(3),
+            "enabling autoscaling moved the Deployment to {replicas:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // The autoscaler holds at least minReplicas, even without metrics.
     indexer(
         env,
@@ -417,7 +445,6 @@ pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
     )
     .await?;
     wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 2).await?;
-    let api: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
     api.patch(
         "auto",
         &PatchParams::default(),
@@ -435,7 +462,6 @@ pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
     )
     .await?;
     wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 1).await?;
-    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(env.client().await?, &ns);
     eventually(LONG, "the autoscaler deleted", || {
         let hpas = hpas.clone();
         async move { Ok(hpas.get_opt("auto").await?.is_none()) }
