@@ -201,3 +201,67 @@ pub fn running_hash(deployment: Option<&Deployment>) -> Option<String> {
         .get(crate::render::service::CONFIG_HASH)
         .cloned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(reason: &str, status: &str) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "d", "generation": 2},
+            "spec": {"replicas": 3, "selector": {}, "template": {}},
+            "status": {
+                "observedGeneration": 2, "replicas": 3, "readyReplicas": 2,
+                "conditions": [{"type": "Progressing", "status": status, "reason": reason}]
+            }
+        }))
+        .expect("deployment")
+    }
+
+    fn rollout(workload: Workload) -> Rollout {
+        match workload {
+            Workload::Present { rollout, .. } => rollout,
+            Workload::Absent => panic!("absent"),
+        }
+    }
+
+    #[test]
+    fn the_deployment_conditions_say_how_the_rollout_goes() {
+        let d = deployment("ProgressDeadlineExceeded", "False");
+        assert!(matches!(
+            rollout(workload(Some(&d), 3, false, 3, false)),
+            Rollout::DeadlineExceeded { .. }
+        ));
+        let d = deployment("ReplicaSetUpdated", "True");
+        assert_eq!(
+            rollout(workload(Some(&d), 3, false, 3, false)),
+            Rollout::Progressing
+        );
+        // Scaling alone leaves NewReplicaSetAvailable in place: not a rollout...
+        let d = deployment("NewReplicaSetAvailable", "True");
+        assert_eq!(
+            rollout(workload(Some(&d), 5, false, 3, false)),
+            Rollout::Complete
+        );
+        // ...unless the pod template is about to change.
+        assert_eq!(
+            rollout(workload(Some(&d), 3, false, 3, true)),
+            Rollout::Progressing
+        );
+        assert_eq!(workload(None, 3, false, 0, false), Workload::Absent);
+    }
+
+    #[test]
+    fn an_autoscaled_count_comes_from_the_deployment() {
+        let d = deployment("NewReplicaSetAvailable", "True");
+        let Workload::Present { replicas, .. } = workload(Some(&d), 1, true, 2, false) else {
+            panic!("absent")
+        };
+        assert_eq!(
+            (replicas.wanted(), replicas.ready, replicas.min_available),
+            (3, 2, 2)
+        );
+        assert_eq!(replicas.previous_ready, 2);
+    }
+}
