@@ -37,6 +37,25 @@ impl Error {
     }
 }
 
+/// The objects of `store` in `namespace` that `matches` selects, as requests to reconcile:
+/// how a change to a ConfigMap or Secret reaches the resources that use it.
+fn related<K>(
+    store: &kube::runtime::reflector::Store<K>,
+    namespace: Option<&str>,
+    matches: impl Fn(&K) -> bool,
+) -> Vec<kube::runtime::reflector::ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|k| k.meta().namespace.as_deref() == namespace)
+        .filter(|k| matches(k.as_ref()))
+        .map(|k| kube::runtime::reflector::ObjectRef::from_obj(k.as_ref()))
+        .collect()
+}
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,

@@ -123,18 +123,12 @@ fn referencing<K: ServiceKind, O: Resource>(
     move |object: O| {
         let name = object.name_any();
         let namespace = object.namespace();
-        store
-            .state()
-            .iter()
-            .filter(|k| k.namespace() == namespace)
-            .filter(|k| {
-                let config = &k.service_spec().config;
-                std::iter::once(&config.root)
-                    .chain(&config.dropins)
-                    .any(|source| names(source, &name))
-            })
-            .map(|k| ObjectRef::from_obj(k.as_ref()))
-            .collect()
+        super::related(&store, namespace.as_deref(), |k| {
+            let config = &k.service_spec().config;
+            std::iter::once(&config.root)
+                .chain(&config.dropins)
+                .any(|source| names(source, &name))
+        })
     }
 }
 

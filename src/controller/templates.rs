@@ -74,17 +74,11 @@ fn dependents<K: Holder, S: Resource>(
     move |source: S| {
         let name = source.name_any();
         let namespace = source.namespace();
-        store
-            .state()
-            .iter()
-            .filter(|k| k.namespace() == namespace)
-            .filter(|k| {
-                references_of(k.as_ref())
-                    .iter()
-                    .any(|r| r.kind == kind && r.name == name)
-            })
-            .map(|k| ObjectRef::from_obj(k.as_ref()))
-            .collect()
+        super::related(&store, namespace.as_deref(), |k| {
+            references_of(k)
+                .iter()
+                .any(|r| r.kind == kind && r.name == name)
+        })
     }
 }
 
