@@ -326,25 +326,22 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let mut serving = current_certificate(&client, &settings).await?;
-    ensure_configuration(&client, &settings, &serving.ca_cert).await?;
     let tls = RustlsConfig::from_pem(
         serving.cert.clone().into_bytes(),
         serving.key.clone().into_bytes(),
     )
     .await
     .map_err(Error::Tls)?;
+    // Listening before the apiserver is told where to call.
+    let listener = std::net::TcpListener::bind(settings.listen).map_err(Error::Tls)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(server::serve(
-        client.clone(),
-        settings.listen,
-        tls.clone(),
-        {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }
-        },
-    ));
+    let server = tokio::spawn(server::serve(client.clone(), listener, tls.clone(), {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }));
+    ensure_configuration(&client, &settings, &serving.ca_cert).await?;
     info!(listen = %settings.listen, "admission webhook serving");
     let mut shutdown = Box::pin(shutdown);
     loop {

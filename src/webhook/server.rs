@@ -1,8 +1,6 @@
 //! The HTTPS admission server. Its certificate is reloaded in place when renewed, so
 //! rotation needs no restart and drops no connection.
 
-use std::net::SocketAddr;
-
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
@@ -104,10 +102,11 @@ async fn template_config(State(client): State<Client>, Json(review): Review) -> 
     .await
 }
 
-/// Serves `router()` on `addr` with `tls` until `shutdown` resolves.
+/// Serves `router()` on `listener` (already bound, so the apiserver can be pointed at it
+/// as soon as this is called) with `tls` until `shutdown` resolves.
 pub async fn serve(
     client: Client,
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     tls: RustlsConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -117,7 +116,8 @@ pub async fn serve(
         shutdown.await;
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
-    axum_server::bind_rustls(addr, tls)
+    listener.set_nonblocking(true)?;
+    axum_server::from_tcp_rustls(listener, tls)?
         .handle(handle)
         .serve(router(client).into_make_service())
         .await
