@@ -56,6 +56,15 @@ where
     })
 }
 
+/// Reads the live object named like `desired`, then [`apply`]s.
+pub async fn apply_fresh<T>(api: &Api<T>, desired: &T) -> Result<Outcome, Error>
+where
+    T: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let current = api.get_opt(&desired.name_any()).await?;
+    apply(api, desired, current.as_ref()).await
+}
+
 /// Whether `actual` holds every field of `desired` with the same value (lists element by
 /// element). Fields only in `actual` (defaults, other managers) do not matter.
 pub fn contains(actual: &Value, desired: &Value) -> bool {

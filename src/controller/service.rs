@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use super::apply::{Outcome, apply, delete_unwanted};
+use super::apply::{Outcome, apply, apply_fresh, delete_unwanted};
 use super::{Context, Error, FIELD_MANAGER, observe};
 use crate::api::service::ClairService;
 use crate::api::{ConfigSource, ServiceSpec, ServiceStatus};
@@ -345,30 +345,25 @@ async fn apply_supporting(
     let name = input.name;
 
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    let current = services.get_opt(name).await?;
     log_outcome(
         "Service",
         name,
-        apply(&services, &service(input), current.as_ref()).await?,
+        apply_fresh(&services, &service(input)).await?,
     );
 
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
-    let current = budgets.get_opt(name).await?;
+    let budget = disruption_budget(input);
     log_outcome(
         "PodDisruptionBudget",
         name,
-        apply(&budgets, &disruption_budget(input), current.as_ref()).await?,
+        apply_fresh(&budgets, &budget).await?,
     );
 
     let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
     match autoscaler(input) {
         Some(desired) => {
-            let current = autoscalers.get_opt(name).await?;
-            log_outcome(
-                "HorizontalPodAutoscaler",
-                name,
-                apply(&autoscalers, &desired, current.as_ref()).await?,
-            );
+            let outcome = apply_fresh(&autoscalers, &desired).await?;
+            log_outcome("HorizontalPodAutoscaler", name, outcome);
         }
         None => {
             delete_unwanted(&autoscalers, &owned_selector(input), uid, |_| false).await?;
@@ -379,12 +374,8 @@ async fn apply_supporting(
         let resource = service_monitor_resource();
         let monitors: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &resource);
-        let current = monitors.get_opt(name).await?;
-        log_outcome(
-            "ServiceMonitor",
-            name,
-            apply(&monitors, &service_monitor(input), current.as_ref()).await?,
-        );
+        let outcome = apply_fresh(&monitors, &service_monitor(input)).await?;
+        log_outcome("ServiceMonitor", name, outcome);
     }
     Ok(())
 }

@@ -313,27 +313,28 @@ fn write_certificate(
 }
 
 /// An HTTPS request to the server, trusting only `ca`: succeeds only if the server presents
-/// a certificate `ca` signed.
-fn handshake(port: u16, ca: &std::path::Path) -> bool {
-    std::process::Command::new("curl")
+/// a certificate `ca` signed. The error is curl's.
+fn handshake(port: u16, ca: &std::path::Path) -> anyhow::Result<()> {
+    let url = format!("https://127.0.0.1:{port}/validate-config");
+    let output = std::process::Command::new("curl")
         .args([
             "--silent",
+            "--show-error",
+            "--noproxy",
+            "*",
             "--output",
             "/dev/null",
-            "--max-time",
-            "5",
-            "--cacert",
         ])
+        .args(["--max-time", "5", "--cacert"])
         .arg(ca)
-        .args([
-            "-X",
-            "POST",
-            "-d",
-            "{}",
-            &format!("https://127.0.0.1:{port}/validate-config"),
-        ])
-        .status()
-        .is_ok_and(|s| s.success())
+        .args(["-X", "POST", "-d", "{}", &url])
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    Ok(())
 }
 
 pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyhow::Result<()> {
@@ -382,10 +383,12 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         .await?;
         let old_ca = dir.path().join("old-ca.crt");
         std::fs::write(&old_ca, &first.ca_cert)?;
-        ensure!(
-            handshake(port, &old_ca),
-            "the mounted certificate is not served"
-        );
+        eventually(
+            Duration::from_secs(30),
+            "the mounted certificate served",
+            || async { handshake(port, &old_ca).map(|()| true) },
+        )
+        .await?;
 
         // cert-manager renews: new files, picked up without a restart.
         let second = write_certificate(dir.path())?;
@@ -397,11 +400,11 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         eventually(
             Duration::from_secs(30),
             "the renewed certificate served",
-            || async { Ok(handshake(port, &new_ca)) },
+            || async { handshake(port, &new_ca).map(|()| true) },
         )
         .await?;
         ensure!(
-            !handshake(port, &old_ca),
+            handshake(port, &old_ca).is_err(),
             "the old certificate is still served"
         );
         Ok(())
