@@ -151,16 +151,11 @@ pub fn decide(
     let class = classify(snapshot);
     let to = advance(from, class);
     let wanted = conditions(to, class, snapshot);
-    let apply = match class {
-        ClairClass::ConfigMissing | ClairClass::ConfigInvalid | ClairClass::DatabaseUnreachable => {
-            if to == Degraded {
-                ApplyPlan::KeepWorkload
-            } else {
-                ApplyPlan::Nothing
-            }
-        }
-        _ => ApplyPlan::Everything,
-    };
+    let held_back = matches!(
+        class,
+        ClairClass::ConfigMissing | ClairClass::ConfigInvalid | ClairClass::DatabaseUnreachable
+    );
+    let apply = ApplyPlan::after(held_back, to);
     conclude(from, to, apply, &wanted, previous, snapshot.generation, now)
 }
 

@@ -49,6 +49,19 @@ pub enum ApplyPlan {
     Everything,
 }
 
+impl ApplyPlan {
+    /// The plan for a move to `to`. `held_back`: the config or the database is not usable,
+    /// so nothing new may roll; a running workload (now Degraded) keeps what it has, and
+    /// one that never ran is not started.
+    fn after(held_back: bool, to: Phase) -> Self {
+        match (held_back, to) {
+            (false, _) => ApplyPlan::Everything,
+            (true, Phase::Degraded) => ApplyPlan::KeepWorkload,
+            (true, _) => ApplyPlan::Nothing,
+        }
+    }
+}
+
 /// A Kubernetes Event about a transition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSpec {

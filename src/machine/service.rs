@@ -171,18 +171,13 @@ pub fn decide(
     let class = classify(snapshot);
     let to = advance(from, class);
     let wanted = conditions(to, class, snapshot);
-    let apply = match class {
+    let held_back = matches!(
+        class,
         ServiceClass::ConfigMissing
-        | ServiceClass::ConfigInvalid
-        | ServiceClass::DatabaseUnreachable => {
-            if to == Degraded {
-                ApplyPlan::KeepWorkload
-            } else {
-                ApplyPlan::Nothing
-            }
-        }
-        _ => ApplyPlan::Everything,
-    };
+            | ServiceClass::ConfigInvalid
+            | ServiceClass::DatabaseUnreachable
+    );
+    let apply = ApplyPlan::after(held_back, to);
     conclude(from, to, apply, &wanted, previous, snapshot.generation, now)
 }
 
