@@ -5,6 +5,7 @@ pub mod api;
 pub mod clairconfig;
 pub mod controller;
 pub mod crdgen;
+pub mod database;
 pub mod generated;
 pub mod machine;
 pub mod render;

@@ -10,6 +10,7 @@ use super::observation::{
 use super::phases::advance;
 use super::table::ObservationClass;
 use super::{ApplyPlan, Decision, conclude};
+use crate::database::budget::Budget;
 use crate::api::Phase::{self, *};
 
 /// A service a `Clair` owns.
@@ -65,6 +66,22 @@ pub struct ClairSnapshot {
     pub database: DatabaseObservation,
     /// The indexer, matcher and notifier, in [`ServiceRole::ALL`] order.
     pub children: [ChildObservation; 3],
+    /// Whether the connection pools fit the engines. A warning only: it does not move
+    /// the phase.
+    pub connections: Budget,
+    /// The routing object. Reported only: it does not move the phase.
+    pub routing: RoutingObservation,
+}
+
+/// The routing object, as applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoutingObservation {
+    /// No routing in the spec (or `kind: None`).
+    Disabled,
+    /// Applied: `what` is `Ingress clair`, `url` what clients use.
+    Applied { what: String, url: String },
+    /// The kind asked for is not served by the cluster.
+    Unsupported { message: String },
 }
 
 /// The classes of observation, in priority order.
@@ -318,5 +335,53 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
     };
     let mut all = vec![ready, config, database, progressing, scaling, degraded];
     all.extend(children);
+    all.push(connections_condition(&s.connections));
+    all.push(routing_condition(&s.routing));
     all
+}
+
+fn connections_condition(budget: &Budget) -> ConditionSpec {
+    match budget {
+        Budget::Fits { message } => ConditionSpec::new(
+            T::ConnectionsFit,
+            Status::True,
+            Reason::ConnectionsWithinLimit,
+            message.clone(),
+        ),
+        Budget::Exceeds { message } => ConditionSpec::new(
+            T::ConnectionsFit,
+            Status::False,
+            Reason::ConnectionsExceedLimit,
+            message.clone(),
+        ),
+        Budget::Unknown { message } => ConditionSpec::new(
+            T::ConnectionsFit,
+            Status::Unknown,
+            Reason::ConnectionsUnknown,
+            message.clone(),
+        ),
+    }
+}
+
+fn routing_condition(routing: &RoutingObservation) -> ConditionSpec {
+    match routing {
+        RoutingObservation::Disabled => ConditionSpec::new(
+            T::RoutingReady,
+            Status::True,
+            Reason::RoutingDisabled,
+            "no routing is asked for: clients reach the services inside the cluster",
+        ),
+        RoutingObservation::Applied { what, url } => ConditionSpec::new(
+            T::RoutingReady,
+            Status::True,
+            Reason::RoutingApplied,
+            format!("{what} routes {url} to the services"),
+        ),
+        RoutingObservation::Unsupported { message } => ConditionSpec::new(
+            T::RoutingReady,
+            Status::False,
+            Reason::RoutingUnsupported,
+            message.clone(),
+        ),
+    }
 }

@@ -17,6 +17,8 @@ pub enum ConditionType {
     IndexerReady,
     MatcherReady,
     NotifierReady,
+    ConnectionsFit,
+    RoutingReady,
 }
 
 impl ConditionType {
@@ -31,6 +33,8 @@ impl ConditionType {
             ConditionType::IndexerReady => "IndexerReady",
             ConditionType::MatcherReady => "MatcherReady",
             ConditionType::NotifierReady => "NotifierReady",
+            ConditionType::ConnectionsFit => "ConnectionsFit",
+            ConditionType::RoutingReady => "RoutingReady",
         }
     }
 }
@@ -47,6 +51,19 @@ pub enum Reason {
     DatabaseReachable,
     DatabaseUnreachable,
     DatabaseNotChecked,
+    DatabaseAuthFailed,
+    DatabaseMissing,
+    DatabaseMisconfigured,
+    DatabaseRejected,
+    DatabaseNotReady,
+    // ConnectionsFit (Clair)
+    ConnectionsWithinLimit,
+    ConnectionsExceedLimit,
+    ConnectionsUnknown,
+    // RoutingReady (Clair)
+    RoutingApplied,
+    RoutingDisabled,
+    RoutingUnsupported,
     // Progressing
     RolloutInProgress,
     RolloutComplete,
@@ -70,13 +87,24 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 33] = [
         Reason::ConfigAccepted,
         Reason::ConfigMissing,
         Reason::ConfigInvalid,
         Reason::DatabaseReachable,
         Reason::DatabaseUnreachable,
         Reason::DatabaseNotChecked,
+        Reason::DatabaseAuthFailed,
+        Reason::DatabaseMissing,
+        Reason::DatabaseMisconfigured,
+        Reason::DatabaseRejected,
+        Reason::DatabaseNotReady,
+        Reason::ConnectionsWithinLimit,
+        Reason::ConnectionsExceedLimit,
+        Reason::ConnectionsUnknown,
+        Reason::RoutingApplied,
+        Reason::RoutingDisabled,
+        Reason::RoutingUnsupported,
         Reason::RolloutInProgress,
         Reason::RolloutComplete,
         Reason::ProgressDeadlineExceeded,
@@ -103,6 +131,17 @@ impl Reason {
             Reason::DatabaseReachable => "DatabaseReachable",
             Reason::DatabaseUnreachable => "DatabaseUnreachable",
             Reason::DatabaseNotChecked => "DatabaseNotChecked",
+            Reason::DatabaseAuthFailed => "DatabaseAuthFailed",
+            Reason::DatabaseMissing => "DatabaseMissing",
+            Reason::DatabaseMisconfigured => "DatabaseMisconfigured",
+            Reason::DatabaseRejected => "DatabaseRejected",
+            Reason::DatabaseNotReady => "DatabaseNotReady",
+            Reason::ConnectionsWithinLimit => "ConnectionsWithinLimit",
+            Reason::ConnectionsExceedLimit => "ConnectionsExceedLimit",
+            Reason::ConnectionsUnknown => "ConnectionsUnknown",
+            Reason::RoutingApplied => "RoutingApplied",
+            Reason::RoutingDisabled => "RoutingDisabled",
+            Reason::RoutingUnsupported => "RoutingUnsupported",
             Reason::RolloutInProgress => "RolloutInProgress",
             Reason::RolloutComplete => "RolloutComplete",
             Reason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
@@ -126,9 +165,14 @@ impl Reason {
     pub fn runbook(self) -> Phase {
         match self {
             Reason::ConfigMissing | Reason::ConfigInvalid => Phase::Pending,
-            Reason::ConfigAccepted | Reason::DatabaseUnreachable | Reason::DatabaseNotChecked => {
-                Phase::ConfigValid
-            }
+            Reason::ConfigAccepted
+            | Reason::DatabaseUnreachable
+            | Reason::DatabaseNotChecked
+            | Reason::DatabaseAuthFailed
+            | Reason::DatabaseMissing
+            | Reason::DatabaseMisconfigured
+            | Reason::DatabaseRejected
+            | Reason::DatabaseNotReady => Phase::ConfigValid,
             Reason::DatabaseReachable | Reason::NotDeployed => Phase::DatabaseReady,
             Reason::RolloutInProgress | Reason::Waiting | Reason::ServiceMissing => {
                 Phase::Deploying
@@ -138,7 +182,13 @@ impl Reason {
             | Reason::ServicesAvailable
             | Reason::AsExpected
             | Reason::ReplicasStable
-            | Reason::ServiceDisabled => Phase::Available,
+            | Reason::ServiceDisabled
+            | Reason::ConnectionsWithinLimit
+            | Reason::ConnectionsExceedLimit
+            | Reason::ConnectionsUnknown
+            | Reason::RoutingApplied
+            | Reason::RoutingDisabled
+            | Reason::RoutingUnsupported => Phase::Available,
             Reason::ReplicasChanging => Phase::Scaling,
             Reason::ProgressDeadlineExceeded
             | Reason::BelowMinimumAvailable

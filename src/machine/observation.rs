@@ -19,8 +19,10 @@ pub enum ConfigObservation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DatabaseObservation {
     Reachable,
-    /// `message` says what failed, never a password.
+    /// `reason` says which kind of failure (`DatabaseAuthFailed`, `DatabaseMissing`, ...);
+    /// `message` what failed, never a password.
     Unreachable {
+        reason: Reason,
         message: String,
     },
     /// Not measured (for example no credentials to try): does not hold the service back.
@@ -62,10 +64,10 @@ pub fn database_condition(subject: &str, database: &DatabaseObservation) -> Cond
             Reason::DatabaseReachable,
             format!("the {subject} database answers"),
         ),
-        DatabaseObservation::Unreachable { message } => ConditionSpec::new(
+        DatabaseObservation::Unreachable { reason, message } => ConditionSpec::new(
             T::DatabaseReady,
             Status::False,
-            Reason::DatabaseUnreachable,
+            *reason,
             format!("the {subject} database: {message}"),
         ),
         DatabaseObservation::NotChecked { message } => ConditionSpec::new(

@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 
-use super::clair::{self, ChildObservation, ClairClass, ClairSnapshot};
+use super::clair::{self, ChildObservation, ClairClass, ClairSnapshot, RoutingObservation};
+use crate::database::budget::Budget;
 use super::observation::{ConfigObservation, DatabaseObservation};
 use super::phases::{advance, rehydrate};
 use super::service::{self, Replicas, Rollout, ServiceClass, ServiceSnapshot, Workload};
@@ -75,6 +76,7 @@ fn service_example(class: ServiceClass) -> ServiceSnapshot {
         ServiceClass::DatabaseUnreachable => service_snapshot(
             valid(),
             DatabaseObservation::Unreachable {
+                reason: Reason::DatabaseUnreachable,
                 message: "connection refused".into(),
             },
             Workload::Absent,
@@ -143,6 +145,10 @@ fn clair_example(class: ClairClass) -> ClairSnapshot {
         config,
         database,
         children,
+        connections: Budget::Fits {
+            message: "db: 12 of 197".into(),
+        },
+        routing: RoutingObservation::Disabled,
     };
     let reachable = DatabaseObservation::Reachable;
     match class {
@@ -163,6 +169,7 @@ fn clair_example(class: ClairClass) -> ClairSnapshot {
         ClairClass::DatabaseUnreachable => snapshot(
             valid(),
             DatabaseObservation::Unreachable {
+                reason: Reason::DatabaseAuthFailed,
                 message: "matcher: password authentication failed".into(),
             },
             available(),
@@ -299,8 +306,8 @@ fn every_phase_and_class_of_a_clair_decides_as_the_table_says() {
             assert_consistent(&decision, &snapshot.config, &snapshot.database);
             assert_eq!(
                 decision.conditions.len(),
-                9,
-                "six conditions and one per service"
+                11,
+                "six conditions, one per service, ConnectionsFit and RoutingReady"
             );
         }
     }
@@ -480,6 +487,7 @@ fn database_strategy() -> impl Strategy<Value = DatabaseObservation> {
     prop_oneof![
         Just(DatabaseObservation::Reachable),
         Just(DatabaseObservation::Unreachable {
+            reason: Reason::DatabaseUnreachable,
             message: "timeout".into()
         }),
         Just(DatabaseObservation::NotChecked {
@@ -558,6 +566,12 @@ fn clair_snapshot_strategy() -> impl Strategy<Value = ClairSnapshot> {
             config,
             database,
             children,
+            connections: Budget::Unknown {
+                message: "db: not known yet".into(),
+            },
+            routing: RoutingObservation::Unsupported {
+                message: "no Route API".into(),
+            },
         })
 }
 

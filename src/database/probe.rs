@@ -1,0 +1,203 @@
+//! A real connection with a service's credentials: the measurement behind `DatabaseReady`
+//! for external databases. Bounded by a connect timeout and a few retries of transient
+//! failures; what it reports says which part failed and never carries the password.
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use tokio_postgres::error::SqlState;
+
+use super::connstring::{self, ConnSettings, TlsMode};
+use super::tls;
+
+/// Why a connection check failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The connection string cannot be used as written.
+    Misconfigured,
+    /// The server refused the credentials.
+    AuthFailed,
+    /// The server answers but the database does not exist.
+    DatabaseMissing,
+    /// No server answered (DNS, refused, timeout, TLS).
+    Unreachable,
+    /// The server answered with another error.
+    Rejected,
+}
+
+/// A failed check, for a condition message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// What a successful check learnt about the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probed {
+    /// Where it connected: `host:port/dbname`.
+    pub target: String,
+    /// The server's `max_connections`.
+    pub max_connections: Option<u32>,
+}
+
+/// Settings of a check.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeOptions {
+    pub connect_timeout: Duration,
+    /// Extra attempts after a transient failure.
+    pub retries: usize,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            retries: 2,
+        }
+    }
+}
+
+/// Connects with `connstring`, asks for `max_connections`, and disconnects.
+pub async fn probe(connstring: &str, options: ProbeOptions) -> Result<Probed, Failure> {
+    let settings = connstring::parse(connstring).map_err(|e| Failure {
+        kind: FailureKind::Misconfigured,
+        message: e.to_string(),
+    })?;
+    let attempt = || probe_once(&settings, options.connect_timeout);
+    attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(250))
+                .with_max_delay(Duration::from_secs(2))
+                .with_max_times(options.retries),
+        )
+        .when(|failure: &Failure| failure.kind == FailureKind::Unreachable)
+        .await
+}
+
+async fn probe_once(settings: &ConnSettings, timeout: Duration) -> Result<Probed, Failure> {
+    let misconfigured = |message: String| Failure {
+        kind: FailureKind::Misconfigured,
+        message,
+    };
+    let mut config = settings
+        .to_client_config(timeout)
+        .map_err(|e| misconfigured(e.to_string()))?;
+    let mode = settings
+        .tls_mode()
+        .map_err(|e| misconfigured(e.to_string()))?;
+    config.ssl_mode(match mode {
+        TlsMode::Disable => tokio_postgres::config::SslMode::Disable,
+        TlsMode::Allow | TlsMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        TlsMode::Require | TlsMode::VerifyCa | TlsMode::VerifyFull => {
+            tokio_postgres::config::SslMode::Require
+        }
+    });
+    let target = settings.describe();
+    let password = settings.get("password").unwrap_or_default().to_string();
+    let classify = |e: tokio_postgres::Error| classify(&e, &password);
+    // The whole exchange is bounded, not only the TCP connect.
+    let exchange = async {
+        let client = match tls::client_config(mode).map_err(misconfigured)? {
+            None => {
+                let (client, connection) = config
+                    .connect(tokio_postgres::NoTls)
+                    .await
+                    .map_err(classify)?;
+                tokio::spawn(connection);
+                client
+            }
+            Some(tls) => {
+                let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
+                let (client, connection) = config.connect(connector).await.map_err(classify)?;
+                tokio::spawn(connection);
+                client
+            }
+        };
+        let row = client
+            .query_one("SELECT current_setting('max_connections')", &[])
+            .await
+            .map_err(classify)?;
+        let max_connections = row.get::<_, String>(0).parse().ok();
+        Ok(Probed {
+            target: target.clone(),
+            max_connections,
+        })
+    };
+    tokio::time::timeout(timeout * 2, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Failure {
+                kind: FailureKind::Unreachable,
+                message: format!("{target}: no answer within {}s", (timeout * 2).as_secs()),
+            })
+        })
+        .map_err(|f| Failure {
+            message: if f.message.starts_with(&target) {
+                f.message
+            } else {
+                format!("{target}: {}", f.message)
+            },
+            ..f
+        })
+}
+
+fn classify(error: &tokio_postgres::Error, password: &str) -> Failure {
+    let kind = match error.code() {
+        Some(code) if *code == SqlState::INVALID_PASSWORD => FailureKind::AuthFailed,
+        Some(code) if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+            FailureKind::AuthFailed
+        }
+        Some(code) if *code == SqlState::INVALID_CATALOG_NAME => FailureKind::DatabaseMissing,
+        Some(_) => FailureKind::Rejected,
+        None => FailureKind::Unreachable,
+    };
+    let message = match error.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => {
+            // The chain of causes: "error connecting to server: Connection refused".
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            text
+        }
+    };
+    Failure {
+        kind,
+        message: redact(&message, password),
+    }
+}
+
+/// `message` without `secret` in it, however the server or a library quoted it.
+fn redact(message: &str, secret: &str) -> String {
+    if secret.len() < 3 {
+        return message.to_string();
+    }
+    message.replace(secret, "[redacted]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction() {
+        assert_eq!(
+            redact("password hunter2 wrong", "hunter2"),
+            "password [redacted] wrong"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bad_string_fails_without_connecting() {
+        let failure = probe("host=h sslmode=maybe user=u", ProbeOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(failure.kind, FailureKind::Misconfigured);
+        assert!(failure.message.contains("sslmode"));
+    }
+}
