@@ -46,6 +46,8 @@ pub trait ClairService {
     fn service_spec(&self) -> &ServiceSpec;
     /// The status, once written.
     fn service_status(&self) -> Option<&ServiceStatus>;
+    /// A new resource named `name` with `spec` (how a `Clair` creates its services).
+    fn with_spec(name: &str, spec: ServiceSpec) -> Self;
 }
 
 /// Declares one service kind: the spec wraps [`ServiceSpec`], so the schema and the Rust
@@ -96,6 +98,9 @@ macro_rules! service_kind {
             }
             fn service_status(&self) -> Option<&ServiceStatus> {
                 self.status.as_ref()
+            }
+            fn with_spec(name: &str, spec: ServiceSpec) -> Self {
+                $root::new(name, $spec { service: spec })
             }
         }
     };

@@ -59,7 +59,11 @@ pub fn check(demands: &[Demand], limits: &BTreeMap<String, Option<u32>>) -> Budg
                     d.service,
                     d.pool,
                     d.max_replicas,
-                    if d.pool_assumed { " (default pool)" } else { "" }
+                    if d.pool_assumed {
+                        " (default pool)"
+                    } else {
+                        ""
+                    }
                 )
             })
             .collect();

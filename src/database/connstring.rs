@@ -133,13 +133,12 @@ impl ConnSettings {
     pub fn pool_max_conns(&self) -> Result<Option<u32>, ConnStringError> {
         self.get("pool_max_conns")
             .map(|v| {
-                v.parse::<u32>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| ConnStringError::InvalidValue {
+                v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    ConnStringError::InvalidValue {
                         key: "pool_max_conns".into(),
                         why: format!("`{v}` is not a positive whole number"),
-                    })
+                    }
+                })
             })
             .transpose()
     }
@@ -164,9 +163,9 @@ impl ConnSettings {
                 "application_name" => config.application_name(value),
                 "options" => config.options(value),
                 _ => match value {
-                    "any" => config.target_session_attrs(
-                        tokio_postgres::config::TargetSessionAttrs::Any,
-                    ),
+                    "any" => {
+                        config.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::Any)
+                    }
                     "read-write" => config.target_session_attrs(
                         tokio_postgres::config::TargetSessionAttrs::ReadWrite,
                     ),
@@ -231,9 +230,7 @@ fn decode(part: &str) -> Result<String, ConnStringError> {
 fn parse_url(rest: &str) -> Result<BTreeMap<String, String>, ConnStringError> {
     let mut settings = BTreeMap::new();
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = before_query
-        .split_once('/')
-        .unwrap_or((before_query, ""));
+    let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
     let (userinfo, hostlist) = match authority.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
@@ -256,9 +253,9 @@ fn parse_url(rest: &str) -> Result<BTreeMap<String, String>, ConnStringError> {
         for entry in hostlist.split(',') {
             // `[::1]:5432`: brackets around an IPv6 address.
             let (host, port) = if let Some(v6) = entry.strip_prefix('[') {
-                let (host, after) = v6
-                    .split_once(']')
-                    .ok_or(ConnStringError::BadUrl("an IPv6 host lacks its closing `]`"))?;
+                let (host, after) = v6.split_once(']').ok_or(ConnStringError::BadUrl(
+                    "an IPv6 host lacks its closing `]`",
+                ))?;
                 (host, after.strip_prefix(':'))
             } else {
                 match entry.rsplit_once(':') {

@@ -10,8 +10,8 @@ use super::observation::{
 use super::phases::advance;
 use super::table::ObservationClass;
 use super::{ApplyPlan, Decision, conclude};
-use crate::database::budget::Budget;
 use crate::api::Phase::{self, *};
+use crate::database::budget::Budget;
 
 /// A service a `Clair` owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -9,13 +9,13 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 
 use super::clair::{self, ChildObservation, ClairClass, ClairSnapshot, RoutingObservation};
-use crate::database::budget::Budget;
 use super::observation::{ConfigObservation, DatabaseObservation};
 use super::phases::{advance, rehydrate};
 use super::service::{self, Replicas, Rollout, ServiceClass, ServiceSnapshot, Workload};
 use super::table::{ObservationClass, next, transitions};
 use super::{ApplyPlan, Decision, Reason};
 use crate::api::Phase;
+use crate::database::budget::Budget;
 
 fn at(second: i64) -> Time {
     Time(Timestamp::from_second(1_800_000_000 + second).expect("valid timestamp"))

@@ -1,5 +1,9 @@
 //! Pure builders: the desired owned objects of a resource, from its spec and what the
 //! reconcile observed. No client here; each builder is tested on its own.
 
+pub mod clair;
+pub mod database;
 pub mod labels;
+pub mod pod;
+pub mod routing;
 pub mod service;

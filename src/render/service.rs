@@ -11,11 +11,10 @@ use k8s_openapi::api::autoscaling::v2::{
     MetricTarget, ResourceMetricSource,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EphemeralVolumeSource,
-    HTTPGetAction, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
-    Service, ServicePort, ServiceSpec as KubeServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EphemeralVolumeSource, HTTPGetAction,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSpec, PodTemplateSpec, Probe,
+    Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec as KubeServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -25,6 +24,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
 use super::labels;
+use super::pod::{restricted_container, restricted_pod};
 use crate::api::{DEFAULT_IMAGE, ServiceSpec};
 
 pub const API_PORT: i32 = 6060;
@@ -205,16 +205,6 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         readiness_probe: Some(probe("/readyz", 10, 3)),
         liveness_probe: Some(probe("/healthz", 20, 3)),
         resources: pod.resources.clone(),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: "config".to_string(),
@@ -228,7 +218,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                 ..Default::default()
             },
         ]),
-        ..Default::default()
+        ..restricted_container()
     };
     let selector = labels::selector(input.name, input.mode);
     let mut template_labels = labels::all(input.name, input.mode);
@@ -256,14 +246,6 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_string(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
                     volumes: Some(vec![
                         Volume {
                             name: "config".to_string(),
@@ -279,7 +261,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                     tolerations: non_empty_vec(&pod.tolerations),
                     affinity: pod.affinity.clone(),
                     topology_spread_constraints: non_empty_vec(&pod.topology_spread_constraints),
-                    ..Default::default()
+                    ..restricted_pod()
                 }),
             },
             ..Default::default()

@@ -1,0 +1,560 @@
+//! The objects a `Clair` owns, apart from its database and routing: the generated root
+//! config (a Secret: it holds connection strings), the pre-shared key for integrators, the
+//! three service resources, and the updater CronJob. Pure builders.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapProjection, Container, KeyToPath, PersistentVolumeClaimVolumeSource, PodSpec,
+    PodTemplateSpec, ProjectedVolumeSource, Secret, SecretProjection, Volume, VolumeMount,
+    VolumeProjection,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use serde_json::{Value, json};
+
+use super::labels;
+use super::pod::{restricted_container, restricted_pod};
+use super::service::{API_PORT, url};
+use crate::api::clair::{ServiceOverrides, UpdaterMode};
+use crate::api::keys;
+use crate::api::service::ClairService;
+use crate::api::{ClairSpec, ConfigSource, ConfigSpec, DEFAULT_IMAGE, KeyReference, ServiceSpec};
+use crate::machine::clair::ServiceRole;
+
+/// The key of the generated root config. YAML, so the user's `.yaml` and `.yaml-patch`
+/// drop-ins apply to it as Clair applies drop-ins (the extension must match the root's);
+/// the text is JSON, which is YAML too.
+pub const ROOT_KEY: &str = "config.yaml";
+/// Keys of the pre-shared key Secret.
+pub const PSK_KEY: &str = "key";
+pub const PSK_ISSUERS_KEY: &str = "issuers";
+/// The JWT issuers the pre-shared key is accepted from: Quay, and `clairctl` (its default
+/// `--issuer`). Clair adds its own intraservice issuer.
+pub const PSK_ISSUERS: [&str; 2] = ["quay", "clairctl"];
+/// Where the updater CronJob mounts its config.
+const CRON_CONFIG_DIR: &str = "/config";
+const IMPORT_DIR: &str = "/import";
+
+/// What the builders need to know about one `Clair`.
+pub struct ClairInput<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// The controller owner reference to the `Clair`.
+    pub owner: OwnerReference,
+    pub spec: &'a ClairSpec,
+}
+
+/// Each service's connection string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnStrings {
+    pub indexer: String,
+    pub matcher: String,
+    /// `None` while the notifier is disabled.
+    pub notifier: Option<String>,
+}
+
+impl ClairInput<'_> {
+    pub fn notifier_enabled(&self) -> bool {
+        self.spec
+            .notifier
+            .as_ref()
+            .and_then(|n| n.enabled)
+            .unwrap_or(true)
+    }
+
+    pub fn enabled(&self, role: ServiceRole) -> bool {
+        role != ServiceRole::Notifier || self.notifier_enabled()
+    }
+
+    /// `NAME-indexer` and so on: the service resource, its Deployment and its Service.
+    pub fn child_name(&self, role: ServiceRole) -> String {
+        child_name(self.name, role)
+    }
+
+    pub fn image(&self) -> String {
+        self.spec
+            .image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+    }
+
+    pub fn updater_mode(&self) -> UpdaterMode {
+        self.spec
+            .updaters
+            .as_ref()
+            .and_then(|u| u.mode)
+            .unwrap_or_default()
+    }
+
+    pub fn overrides(&self, role: ServiceRole) -> Option<&ServiceOverrides> {
+        match role {
+            ServiceRole::Indexer => self.spec.indexer.as_ref(),
+            ServiceRole::Matcher => self.spec.matcher.as_ref(),
+            ServiceRole::Notifier => self.spec.notifier.as_ref().map(|n| &n.service),
+        }
+    }
+
+    pub fn config_secret_name(&self) -> String {
+        format!("{}-config", self.name)
+    }
+
+    pub fn psk_secret_name(&self) -> String {
+        format!("{}-psk", self.name)
+    }
+
+    pub fn cronjob_name(&self) -> String {
+        format!("{}-updaters", self.name)
+    }
+
+    pub(super) fn metadata(&self, name: String, component: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.to_string()),
+            labels: Some(labels::all(self.name, component)),
+            owner_references: Some(vec![self.owner.clone()]),
+            ..Default::default()
+        }
+    }
+}
+
+pub fn child_name(clair: &str, role: ServiceRole) -> String {
+    format!("{clair}-{}", role.as_str())
+}
+
+/// The generated root config: listen addresses, each service's connection string and the
+/// addresses of the others (full URLs), the pre-shared key, Prometheus metrics.
+pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> Value {
+    let address = |role| url(&input.child_name(role), input.namespace);
+    let mut config = json!({
+        "http_listen_addr": format!(":{API_PORT}"),
+        "introspection_addr": ":8089",
+        "log_level": "info",
+        "indexer": {
+            "connstring": connections.indexer,
+            "migrations": true,
+        },
+        "matcher": {
+            "connstring": connections.matcher,
+            "indexer_addr": address(ServiceRole::Indexer),
+            "migrations": true,
+        },
+        "auth": {"psk": {"key": psk, "iss": PSK_ISSUERS}},
+        "metrics": {"name": "prometheus"},
+    });
+    if input.updater_mode() == UpdaterMode::CronJob {
+        config["matcher"]["disable_updaters"] = Value::Bool(true);
+    }
+    if let Some(notifier) = &connections.notifier {
+        config["notifier"] = json!({
+            "connstring": notifier,
+            "indexer_addr": address(ServiceRole::Indexer),
+            "matcher_addr": address(ServiceRole::Matcher),
+            "migrations": true,
+        });
+    }
+    config
+}
+
+/// The Secret holding the generated root config, labelled for the validating webhook.
+pub fn config_secret(input: &ClairInput, config: &Value) -> Secret {
+    let mut metadata = input.metadata(input.config_secret_name(), "config");
+    if let Some(labels) = metadata.labels.as_mut() {
+        labels.insert(keys::VALIDATE_CONFIG.to_string(), "true".to_string());
+    }
+    metadata.annotations = Some(BTreeMap::from([(
+        keys::CONFIG.to_string(),
+        ROOT_KEY.to_string(),
+    )]));
+    Secret {
+        metadata,
+        data: Some(BTreeMap::from([(
+            ROOT_KEY.to_string(),
+            ByteString(pretty(config).into_bytes()),
+        )])),
+        type_: Some("Opaque".to_string()),
+        ..Default::default()
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// The pre-shared key Secret: `key` (base64, as Clair's `auth.psk.key` wants it) and
+/// `issuers`. Integrators such as Quay read it to sign their requests.
+pub fn psk_secret(input: &ClairInput, key: &str) -> Secret {
+    Secret {
+        metadata: input.metadata(input.psk_secret_name(), "psk"),
+        data: Some(BTreeMap::from([
+            (PSK_KEY.to_string(), ByteString(key.as_bytes().to_vec())),
+            (
+                PSK_ISSUERS_KEY.to_string(),
+                ByteString(PSK_ISSUERS.join(",").into_bytes()),
+            ),
+        ])),
+        type_: Some("Opaque".to_string()),
+        ..Default::default()
+    }
+}
+
+/// The config every service resource gets: the generated root plus the user's drop-ins.
+pub fn child_config(input: &ClairInput) -> ConfigSpec {
+    ConfigSpec {
+        root: ConfigSource {
+            config_map: None,
+            secret: Some(KeyReference {
+                name: input.config_secret_name(),
+                key: ROOT_KEY.to_string(),
+            }),
+        },
+        dropins: input.spec.dropins.clone(),
+    }
+}
+
+/// The service resource of `role`, of kind `K`.
+pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceRole) -> K {
+    let overrides = input.overrides(role).cloned().unwrap_or_default();
+    let spec = ServiceSpec {
+        image: Some(overrides.image.unwrap_or_else(|| input.image())),
+        config: child_config(input),
+        replicas: overrides.replicas.unwrap_or(1),
+        autoscaling: overrides.autoscaling,
+        pod: overrides.pod.unwrap_or_default(),
+    };
+    let mut object = K::with_spec(&input.child_name(role), spec);
+    *object.meta_mut() = input.metadata(input.child_name(role), role.as_str());
+    object
+}
+
+/// The shell command the updater CronJob runs: fetch and load (`export-updaters` piped into
+/// `import-updaters`), or load an export made elsewhere for air-gapped clusters.
+pub fn updater_command(input: &ClairInput) -> String {
+    let clairctl = format!("clairctl --config {CRON_CONFIG_DIR}/{ROOT_KEY}");
+    let import = input.spec.updaters.as_ref().and_then(|u| u.import.as_ref());
+    match import {
+        Some(import) => {
+            let from = match (&import.url, &import.persistent_volume_claim) {
+                (Some(url), _) => shell_quote(url),
+                (None, Some(claim)) => shell_quote(&format!(
+                    "{IMPORT_DIR}/{}",
+                    claim.path.trim_start_matches('/')
+                )),
+                (None, None) => "-".to_string(),
+            };
+            format!("{clairctl} import-updaters {from}")
+        }
+        None => format!(
+            "set -o pipefail 2>/dev/null || true; {clairctl} export-updaters | {clairctl} import-updaters -"
+        ),
+    }
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The projected config of the CronJob: the generated root and the user's drop-ins in
+/// `config.yaml.d/`, in order, so `clairctl` merges them as the services do.
+fn cron_config_volume(input: &ClairInput) -> Volume {
+    let mut sources = vec![VolumeProjection {
+        secret: Some(SecretProjection {
+            name: input.config_secret_name(),
+            items: Some(vec![KeyToPath {
+                key: ROOT_KEY.to_string(),
+                path: ROOT_KEY.to_string(),
+                mode: None,
+            }]),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    }];
+    for (index, dropin) in input.spec.dropins.iter().enumerate() {
+        let Some(reference) = dropin.key() else {
+            continue;
+        };
+        let item = KeyToPath {
+            key: reference.key.clone(),
+            path: format!("{ROOT_KEY}.d/{index:02}-{}", reference.key),
+            mode: None,
+        };
+        sources.push(if dropin.secret.is_some() {
+            VolumeProjection {
+                secret: Some(SecretProjection {
+                    name: reference.name.clone(),
+                    items: Some(vec![item]),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }
+        } else {
+            VolumeProjection {
+                config_map: Some(ConfigMapProjection {
+                    name: reference.name.clone(),
+                    items: Some(vec![item]),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }
+        });
+    }
+    Volume {
+        name: "config".to_string(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            default_mode: Some(0o440),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The updater CronJob, when `spec.updaters.mode` is `CronJob`.
+pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
+    let updaters = input.spec.updaters.as_ref()?;
+    if input.updater_mode() != UpdaterMode::CronJob {
+        return None;
+    }
+    let mut volumes = vec![cron_config_volume(input)];
+    let mut mounts = vec![VolumeMount {
+        name: "config".to_string(),
+        mount_path: CRON_CONFIG_DIR.to_string(),
+        read_only: Some(true),
+        ..Default::default()
+    }];
+    if let Some(claim) = updaters
+        .import
+        .as_ref()
+        .and_then(|i| i.persistent_volume_claim.as_ref())
+    {
+        volumes.push(Volume {
+            name: "import".to_string(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.claim_name.clone(),
+                read_only: Some(true),
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "import".to_string(),
+            mount_path: IMPORT_DIR.to_string(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    let container = Container {
+        name: "updaters".to_string(),
+        image: Some(input.image()),
+        command: Some(vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            updater_command(input),
+        ]),
+        resources: updaters.resources.clone(),
+        volume_mounts: Some(mounts),
+        // clairctl writes its scratch files under $TMPDIR.
+        env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "TMPDIR".to_string(),
+            value: Some("/tmp".to_string()),
+            ..Default::default()
+        }]),
+        ..restricted_container()
+    };
+    volumes.push(Volume {
+        name: "tmp".to_string(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    });
+    let mut container = container;
+    if let Some(mounts) = container.volume_mounts.as_mut() {
+        mounts.push(VolumeMount {
+            name: "tmp".to_string(),
+            mount_path: "/tmp".to_string(),
+            ..Default::default()
+        });
+    }
+    let labels = labels::all(input.name, "updaters");
+    Some(CronJob {
+        metadata: input.metadata(input.cronjob_name(), "updaters"),
+        spec: Some(CronJobSpec {
+            schedule: updaters
+                .schedule
+                .clone()
+                .unwrap_or_else(|| "0 */6 * * *".to_string()),
+            concurrency_policy: Some("Forbid".to_string()),
+            successful_jobs_history_limit: Some(3),
+            failed_jobs_history_limit: Some(3),
+            job_template: JobTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels.clone()),
+                    ..Default::default()
+                }),
+                spec: Some(JobSpec {
+                    backoff_limit: Some(2),
+                    template: PodTemplateSpec {
+                        metadata: Some(ObjectMeta {
+                            labels: Some(labels),
+                            ..Default::default()
+                        }),
+                        spec: Some(PodSpec {
+                            restart_policy: Some("OnFailure".to_string()),
+                            containers: vec![container],
+                            volumes: Some(volumes),
+                            ..restricted_pod()
+                        }),
+                    },
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Indexer;
+    use crate::api::clair::{
+        ClaimFile, DatabaseSpec, NotifierOverrides, UpdaterImport, UpdatersSpec,
+    };
+
+    fn spec() -> ClairSpec {
+        ClairSpec {
+            database: DatabaseSpec::default(),
+            dropins: vec![ConfigSource {
+                config_map: Some(KeyReference {
+                    name: "extra".into(),
+                    key: "notifier.yaml".into(),
+                }),
+                secret: None,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn input(spec: &ClairSpec) -> ClairInput<'_> {
+        ClairInput {
+            name: "clair",
+            namespace: "scan",
+            owner: OwnerReference::default(),
+            spec,
+        }
+    }
+
+    fn connections() -> ConnStrings {
+        ConnStrings {
+            indexer: "host=db user=indexer".into(),
+            matcher: "host=db user=matcher".into(),
+            notifier: Some("host=db user=notifier".into()),
+        }
+    }
+
+    #[test]
+    fn addresses_are_full_urls() {
+        let spec = spec();
+        let config = root_config(&input(&spec), &connections(), "c2VjcmV0");
+        assert_eq!(
+            config["matcher"]["indexer_addr"],
+            "http://clair-indexer.scan.svc:6060"
+        );
+        assert_eq!(
+            config["notifier"]["matcher_addr"],
+            "http://clair-matcher.scan.svc:6060"
+        );
+        assert_eq!(config["auth"]["psk"]["iss"], json!(["quay", "clairctl"]));
+        assert!(config["matcher"].get("disable_updaters").is_none());
+    }
+
+    #[test]
+    fn cronjob_mode_disables_the_matchers_updaters() {
+        let mut spec = spec();
+        spec.updaters = Some(UpdatersSpec {
+            mode: Some(UpdaterMode::CronJob),
+            schedule: Some("*/30 * * * *".into()),
+            ..Default::default()
+        });
+        let input = input(&spec);
+        let config = root_config(&input, &connections(), "c2VjcmV0");
+        assert_eq!(config["matcher"]["disable_updaters"], true);
+        let cron = updater_cronjob(&input).unwrap();
+        let cron_spec = cron.spec.unwrap();
+        assert_eq!(cron_spec.schedule, "*/30 * * * *");
+        let pod = cron_spec.job_template.spec.unwrap().template.spec.unwrap();
+        let command = pod.containers[0].command.clone().unwrap();
+        assert!(
+            command[2].contains("export-updaters | clairctl"),
+            "{command:?}"
+        );
+        let projected = pod.volumes.unwrap()[0].projected.clone().unwrap();
+        let paths: Vec<String> = projected
+            .sources
+            .unwrap()
+            .iter()
+            .flat_map(|s| {
+                let items = s
+                    .secret
+                    .as_ref()
+                    .and_then(|x| x.items.clone())
+                    .or_else(|| s.config_map.as_ref().and_then(|x| x.items.clone()));
+                items.unwrap_or_default().into_iter().map(|i| i.path)
+            })
+            .collect();
+        assert_eq!(paths, ["config.yaml", "config.yaml.d/00-notifier.yaml"]);
+    }
+
+    #[test]
+    fn air_gapped_imports_from_the_claim() {
+        let mut spec = spec();
+        spec.updaters = Some(UpdatersSpec {
+            mode: Some(UpdaterMode::CronJob),
+            schedule: Some("@daily".into()),
+            import: Some(UpdaterImport {
+                url: None,
+                persistent_volume_claim: Some(ClaimFile {
+                    claim_name: "exports".into(),
+                    path: "/it's/updates.json.zst".into(),
+                }),
+            }),
+            ..Default::default()
+        });
+        let input = input(&spec);
+        assert_eq!(
+            updater_command(&input),
+            r"clairctl --config /config/config.yaml import-updaters '/import/it'\''s/updates.json.zst'"
+        );
+    }
+
+    #[test]
+    fn a_disabled_notifier_has_no_config_and_no_resource() {
+        let mut spec = spec();
+        spec.notifier = Some(NotifierOverrides {
+            enabled: Some(false),
+            service: Default::default(),
+        });
+        let input = input(&spec);
+        assert!(!input.enabled(ServiceRole::Notifier));
+        let mut c = connections();
+        c.notifier = None;
+        assert!(root_config(&input, &c, "a2V5").get("notifier").is_none());
+    }
+
+    #[test]
+    fn children_take_the_generated_root_and_the_users_dropins() {
+        let mut spec = spec();
+        spec.image = Some("example/clair:4.9.0".into());
+        spec.indexer = Some(ServiceOverrides {
+            replicas: Some(3),
+            ..Default::default()
+        });
+        let indexer: Indexer = child(&input(&spec), ServiceRole::Indexer);
+        assert_eq!(indexer.metadata.name.as_deref(), Some("clair-indexer"));
+        let s = &indexer.spec.service;
+        assert_eq!(s.replicas, 3);
+        assert_eq!(s.image.as_deref(), Some("example/clair:4.9.0"));
+        assert_eq!(s.config.root.secret.as_ref().unwrap().name, "clair-config");
+        assert_eq!(s.config.dropins.len(), 1);
+    }
+}
