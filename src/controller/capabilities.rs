@@ -1,46 +1,126 @@
-//! What the cluster serves beyond core Kubernetes (ServiceMonitor today; Routes and Gateway
-//! API with the Clair controller), checked through discovery and re-checked after a while,
-//! so an API installed after the operator started is picked up without a restart.
+//! What the cluster serves beyond core Kubernetes (ServiceMonitors, OpenShift Routes, Gateway
+//! API HTTPRoutes), checked through discovery, shared by every controller. The answers are
+//! forgotten when a CustomResourceDefinition changes (and after a minute in any case), so an
+//! API installed after the operator started is picked up without a restart.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::Client;
+use futures::{Stream, StreamExt};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 
 const RECHECK: Duration = Duration::from_secs(60);
 
+/// An optional API the operator uses when the cluster serves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OptionalApi {
+    /// `monitoring.coreos.com/v1` ServiceMonitor (Prometheus Operator).
+    ServiceMonitor,
+    /// `route.openshift.io/v1` Route (OpenShift).
+    Route,
+    /// `gateway.networking.k8s.io/v1` HTTPRoute (Gateway API).
+    HttpRoute,
+}
+
+impl OptionalApi {
+    pub const ALL: [OptionalApi; 3] = [
+        OptionalApi::ServiceMonitor,
+        OptionalApi::Route,
+        OptionalApi::HttpRoute,
+    ];
+
+    fn group_version(self) -> &'static str {
+        match self {
+            OptionalApi::ServiceMonitor => "monitoring.coreos.com/v1",
+            OptionalApi::Route => "route.openshift.io/v1",
+            OptionalApi::HttpRoute => "gateway.networking.k8s.io/v1",
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            OptionalApi::ServiceMonitor => "servicemonitors",
+            OptionalApi::Route => "routes",
+            OptionalApi::HttpRoute => "httproutes",
+        }
+    }
+
+    /// The CRD name that serves it (`servicemonitors.monitoring.coreos.com`).
+    fn crd_name(self) -> String {
+        let group = self.group_version().split('/').next().unwrap_or_default();
+        format!("{}.{group}", self.plural())
+    }
+}
+
 pub struct Capabilities {
     client: Client,
-    service_monitor: Mutex<Option<(bool, Instant)>>,
+    known: Mutex<HashMap<OptionalApi, (bool, Instant)>>,
 }
 
 impl Capabilities {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            service_monitor: Mutex::new(None),
+            known: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether `monitoring.coreos.com/v1` ServiceMonitors are served.
-    pub async fn service_monitor(&self) -> bool {
-        if let Ok(guard) = self.service_monitor.lock()
-            && let Some((known, at)) = *guard
+    /// Whether the cluster serves `api`.
+    pub async fn serves(&self, api: OptionalApi) -> bool {
+        if let Ok(known) = self.known.lock()
+            && let Some((served, at)) = known.get(&api)
             && at.elapsed() < RECHECK
         {
-            return known;
+            return *served;
         }
         let served = match self
             .client
-            .list_api_group_resources("monitoring.coreos.com/v1")
+            .list_api_group_resources(api.group_version())
             .await
         {
-            Ok(list) => list.resources.iter().any(|r| r.name == "servicemonitors"),
+            Ok(list) => list.resources.iter().any(|r| r.name == api.plural()),
             Err(_) => false,
         };
-        if let Ok(mut guard) = self.service_monitor.lock() {
-            *guard = Some((served, Instant::now()));
+        if let Ok(mut known) = self.known.lock() {
+            known.insert(api, (served, Instant::now()));
         }
         served
     }
+
+    /// Whether ServiceMonitors are served.
+    pub async fn service_monitor(&self) -> bool {
+        self.serves(OptionalApi::ServiceMonitor).await
+    }
+
+    /// Forgets what was learnt, so the next question asks discovery again.
+    pub fn forget(&self) {
+        if let Ok(mut known) = self.known.lock() {
+            known.clear();
+        }
+    }
+}
+
+/// One item each time a CRD of an optional API is added, changed or removed, after
+/// [`Capabilities::forget`]: a controller given it with `reconcile_all_on` re-reconciles
+/// everything with the new answer. Watches CRD metadata only.
+pub fn optional_api_changes(
+    client: Client,
+    capabilities: std::sync::Arc<super::Context>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    let names: Vec<String> = OptionalApi::ALL.iter().map(|a| a.crd_name()).collect();
+    let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(client);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(move |crd| {
+            let relevant = crd.is_ok_and(|crd| names.contains(&crd.name_any()));
+            if relevant {
+                capabilities.capabilities.forget();
+            }
+            futures::future::ready(relevant.then_some(()))
+        })
 }

@@ -4,6 +4,8 @@
 
 pub mod apply;
 pub mod capabilities;
+pub mod clair;
+pub mod database;
 pub mod observe;
 pub mod service;
 pub mod templates;
@@ -25,6 +27,8 @@ pub enum Error {
     Serialize(serde_json::Error),
     #[error("the resource has no {0}")]
     MissingField(&'static str),
+    #[error("the operating system gave no random bytes: {0}")]
+    Random(String),
 }
 
 impl Error {
@@ -33,6 +37,7 @@ impl Error {
             Error::Kube(_) => "ApiError",
             Error::Serialize(_) => "SerializeError",
             Error::MissingField(_) => "MissingField",
+            Error::Random(_) => "RandomUnavailable",
         }
     }
 }
@@ -56,6 +61,51 @@ where
         .collect()
 }
 
+/// Now, as `metav1.Time` holds it: second precision, so what the operator writes equals
+/// what the apiserver gives back.
+fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    use k8s_openapi::jiff::Timestamp;
+    let now = Timestamp::now();
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        Timestamp::from_second(now.as_second()).unwrap_or(now),
+    )
+}
+
+/// Records the Event of a phase transition on `object`.
+async fn publish_transition(
+    context: &Context,
+    event: &crate::machine::EventSpec,
+    transition: Option<(crate::api::Phase, crate::api::Phase)>,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+) {
+    use kube::runtime::events::{Event, EventType};
+    let published = context
+        .recorder
+        .publish(
+            &Event {
+                type_: if event.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: event.reason.as_str().to_string(),
+                note: Some(event.note.clone()),
+                // The recorder folds Events with the same action and reason into one
+                // series; naming the edge keeps each kind of transition visible.
+                action: match transition {
+                    Some((from, to)) => format!("{from}To{to}"),
+                    None => "Reconcile".to_string(),
+                },
+                secondary: None,
+            },
+            object,
+        )
+        .await;
+    if let Err(e) = published {
+        tracing::warn!(object = ?object.name, error = %e, "cannot record the transition Event");
+    }
+}
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
@@ -77,7 +127,7 @@ impl Context {
     }
 }
 
-/// Runs the controllers (the three service kinds, and template re-rendering) until
+/// Runs the controllers (`Clair`, the three service kinds, and template re-rendering) until
 /// `shutdown` resolves.
 pub async fn run(
     client: Client,
@@ -86,6 +136,7 @@ pub async fn run(
     let context = Context::new(client);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     futures::join!(
+        clair::run(context.clone(), shutdown.clone()),
         service::run::<crate::api::Indexer>(context.clone(), shutdown.clone()),
         service::run::<crate::api::Matcher>(context.clone(), shutdown.clone()),
         service::run::<crate::api::Notifier>(context.clone(), shutdown.clone()),

@@ -11,11 +11,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -24,7 +21,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use super::apply::{Outcome, apply, apply_fresh, delete_unwanted};
-use super::{Context, Error, FIELD_MANAGER, observe};
+use super::{Context, Error, FIELD_MANAGER, now, observe};
 use crate::api::service::ClairService;
 use crate::api::{ConfigSource, ServiceSpec, ServiceStatus};
 use crate::clairconfig::Mode;
@@ -103,6 +100,10 @@ pub async fn run<K: ServiceKind>(
                 source.secret.as_ref().is_some_and(|r| r.name == name)
             }),
         )
+        .reconcile_all_on(super::capabilities::optional_api_changes(
+            context.client.clone(),
+            context.clone(),
+        ))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, error_policy::<K>, context)
         .for_each(|result| async move {
@@ -135,12 +136,6 @@ fn referencing<K: ServiceKind, O: Resource>(
 fn error_policy<K: ServiceKind>(object: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
     warn!(kind = K::MODE, name = %object.name_any(), reason = error.reason(), %error, "requeue");
     Action::requeue(Duration::from_secs(15))
-}
-
-fn now() -> Time {
-    let now = Timestamp::now();
-    // metav1.Time has second precision: write what the apiserver will give back.
-    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
 async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Result<Action, Error> {
@@ -269,41 +264,14 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
 
     if let Some(event) = &decision.event {
         info!(kind = K::MODE, %name, %namespace, note = %event.note, "phase transition");
-        let published = context
-            .recorder
-            .publish(
-                &Event {
-                    type_: if event.warning {
-                        EventType::Warning
-                    } else {
-                        EventType::Normal
-                    },
-                    reason: event.reason.as_str().to_string(),
-                    note: Some(event.note.clone()),
-                    // The recorder folds Events with the same action and reason into one
-                    // series; naming the edge keeps each kind of transition visible.
-                    action: transition_action(decision.transition),
-                    secondary: None,
-                },
-                &object.object_ref(&()),
-            )
+        super::publish_transition(&context, event, decision.transition, &object.object_ref(&()))
             .await;
-        if let Err(e) = published {
-            warn!(%name, error = %e, "cannot record the transition Event");
-        }
     }
 
     Ok(Action::requeue(match decision.phase {
         crate::api::Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),
     }))
-}
-
-fn transition_action(transition: Option<(crate::api::Phase, crate::api::Phase)>) -> String {
-    match transition {
-        Some((from, to)) => format!("{from}To{to}"),
-        None => "Reconcile".to_string(),
-    }
 }
 
 fn status_is_stale(deployment: &Deployment) -> bool {

@@ -1,0 +1,476 @@
+//! The `Clair` controller: observe (database, generated config with the user's drop-ins,
+//! the three service resources) → decide (the Clair machine) → apply (config Secret,
+//! services, updater CronJob, routing) → status and an Event per transition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use super::apply::{apply_fresh, delete_unwanted};
+use super::capabilities::{OptionalApi, optional_api_changes};
+use super::database::{self, DatabaseState};
+use super::service::ServiceKind;
+use super::{Context, Error, FIELD_MANAGER, now, observe};
+use crate::api::clair::{ChildStatus, RoutingKind};
+use crate::api::{Clair, ClairStatus, ConfigSource, Indexer, Matcher, Notifier, Phase};
+use crate::clairconfig::{self, Document, Mode};
+use crate::database::budget;
+use crate::database::probe::ProbeOptions;
+use crate::machine::ApplyPlan;
+use crate::machine::clair::{
+    ChildObservation, ClairSnapshot, RoutingObservation, ServiceRole, decide,
+};
+use crate::machine::observation::ConfigObservation;
+use crate::render::clair::{self as render, ClairInput, ROOT_KEY};
+use crate::render::{labels, routing};
+
+/// The `Clair` controller, until `shutdown` resolves.
+pub async fn run(
+    context: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = context.client.clone();
+    let owned = watcher::Config::default().labels(&labels::managed_selector());
+    let controller = Controller::new(Api::<Clair>::all(client.clone()), watcher::Config::default());
+    let store = controller.store();
+    controller
+        .owns(Api::<Indexer>::all(client.clone()), owned.clone())
+        .owns(Api::<Matcher>::all(client.clone()), owned.clone())
+        .owns(Api::<Notifier>::all(client.clone()), owned.clone())
+        .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
+        .owns(Api::<CronJob>::all(client.clone()), owned.clone())
+        .owns(Api::<Ingress>::all(client.clone()), owned)
+        .watches(
+            Api::<ConfigMap>::all(client.clone()),
+            watcher::Config::default(),
+            referencing(store.clone(), |source, name| {
+                source.config_map.as_ref().is_some_and(|r| r.name == name)
+            }),
+        )
+        .watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default(),
+            referencing(store, |source, name| {
+                source.secret.as_ref().is_some_and(|r| r.name == name)
+            }),
+        )
+        .reconcile_all_on(optional_api_changes(client, context.clone()))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(%object.name, "reconciled clair"),
+                Err(e) => warn!(error = %e, "clair reconcile failed"),
+            }
+        })
+        .await;
+}
+
+/// Maps a ConfigMap or Secret to the `Clair`s in its namespace that name it: as a drop-in,
+/// or (Secrets) as an external connection string. Owned Secrets reach their owner anyway.
+fn referencing<O: Resource>(
+    store: Store<Clair>,
+    names: impl Fn(&ConfigSource, &str) -> bool + Send + Sync + 'static,
+) -> impl Fn(O) -> Vec<ObjectRef<Clair>> + Send + Sync + 'static {
+    move |object: O| {
+        let name = object.name_any();
+        let namespace = object.namespace();
+        super::related(&store, namespace.as_deref(), |clair| {
+            let external = clair.spec.database.external.as_ref().is_some_and(|e| {
+                [Some(&e.indexer), Some(&e.matcher), e.notifier.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r.name == name)
+            });
+            external || clair.spec.dropins.iter().any(|d| names(d, &name))
+        })
+    }
+}
+
+fn error_policy(object: Arc<Clair>, error: &Error, _: Arc<Context>) -> Action {
+    warn!(name = %object.name_any(), reason = error.reason(), %error, "requeue");
+    Action::requeue(Duration::from_secs(15))
+}
+
+/// The generated config with the user's drop-ins, validated for every enabled service.
+async fn observe_config(
+    context: &Context,
+    input: &ClairInput<'_>,
+    root: &Value,
+) -> Result<ConfigObservation, Error> {
+    let root = Document {
+        name: format!("the generated config (Secret {})", input.config_secret_name()),
+        key: ROOT_KEY.to_string(),
+        text: root.to_string(),
+    };
+    let mut dropins = Vec::new();
+    for (index, source) in input.spec.dropins.iter().enumerate() {
+        // Clair applies a drop-in only when its extension matches the root's; one that
+        // would be silently ignored is refused here instead.
+        let key = source.key().map(|k| k.key.as_str()).unwrap_or_default();
+        if !(key.ends_with(".yaml") || key.ends_with(".yaml-patch")) {
+            return Ok(ConfigObservation::Invalid {
+                message: format!(
+                    "spec.dropins[{index}]: key {key} would be ignored next to the generated \
+                     {ROOT_KEY}: name it .yaml (merge patch) or .yaml-patch (JSON patch)"
+                ),
+            });
+        }
+        match observe::read_source(&context.client, input.namespace, source).await? {
+            Ok(document) => dropins.push(document),
+            Err(what) => {
+                return Ok(ConfigObservation::Missing {
+                    what: format!("spec.dropins[{index}]: {what}"),
+                });
+            }
+        }
+    }
+    let mut hashes = Vec::new();
+    for role in ServiceRole::ALL {
+        if !input.enabled(role) {
+            continue;
+        }
+        let mode = match role {
+            ServiceRole::Indexer => Mode::Indexer,
+            ServiceRole::Matcher => Mode::Matcher,
+            ServiceRole::Notifier => Mode::Notifier,
+        };
+        match observe::judge(&root, &dropins, mode) {
+            (ConfigObservation::Valid { hash }, Some(snapshot)) => {
+                if role == ServiceRole::Notifier
+                    && let Some(problem) = notifier_delivery_missing(&snapshot.json)
+                {
+                    return Ok(ConfigObservation::Invalid { message: problem });
+                }
+                hashes.push(hash);
+            }
+            (ConfigObservation::Invalid { message }, _) => {
+                return Ok(ConfigObservation::Invalid {
+                    message: format!("in {} mode: {message}", role.as_str()),
+                });
+            }
+            (other, _) => return Ok(other),
+        }
+    }
+    Ok(ConfigObservation::Valid {
+        hash: clairconfig::hash(&Value::from(hashes)),
+    })
+}
+
+/// Clair's notifier exits at start without a delivery method; Clair's own validation only
+/// warns. Refused here so a notifier never crash-loops on a config the operator rolled.
+fn notifier_delivery_missing(merged: &str) -> Option<String> {
+    let config: Value = serde_json::from_str(merged).ok()?;
+    let notifier = config.get("notifier")?;
+    let has = |key: &str| notifier.get(key).is_some_and(|v| !v.is_null());
+    (!(has("webhook") || has("amqp") || has("stomp"))).then(|| {
+        "notifier: no delivery is configured (notifier.webhook, notifier.amqp or notifier.stomp) \
+         and Clair's notifier exits without one: add a drop-in with one, or set \
+         spec.notifier.enabled to false"
+            .to_string()
+    })
+}
+
+/// Reads one service resource: absent, or present in the phase its status reports for its
+/// current generation (`None` until its controller has caught up).
+async fn observe_child<K: ServiceKind>(
+    context: &Context,
+    input: &ClairInput<'_>,
+    role: ServiceRole,
+) -> Result<(ChildObservation, Option<ChildStatus>), Error> {
+    if !input.enabled(role) {
+        return Ok((ChildObservation::Disabled, None));
+    }
+    let name = input.child_name(role);
+    let api: Api<K> = Api::namespaced(context.client.clone(), input.namespace);
+    let Some(child) = api.get_opt(&name).await? else {
+        return Ok((ChildObservation::Absent, None));
+    };
+    let status = child.service_status();
+    let current = status.and_then(|s| s.observed_generation) == child.meta().generation;
+    let phase = status.and_then(|s| s.phase).filter(|_| current);
+    let child_status = ChildStatus {
+        name: name.clone(),
+        phase,
+        ready_replicas: status.map_or(0, |s| s.ready_replicas),
+        url: status.and_then(|s| s.url.clone()),
+    };
+    Ok((ChildObservation::Present { name, phase }, Some(child_status)))
+}
+
+/// The routing the spec asks for, as the cluster can serve it.
+async fn observe_routing(
+    context: &Context,
+    input: &ClairInput<'_>,
+) -> (Result<RoutingKind, String>, routing::Served) {
+    let served = routing::Served {
+        routes: context.capabilities.serves(OptionalApi::Route).await,
+        http_routes: context.capabilities.serves(OptionalApi::HttpRoute).await,
+    };
+    (routing::resolve(input.spec.routing.as_ref(), served), served)
+}
+
+async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
+    let client = &context.client;
+    let namespace = object
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = object.name_any();
+    let uid = object.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    let owner = object
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingField("metadata.uid"))?;
+    let generation = object.meta().generation.unwrap_or(0);
+    let input = ClairInput {
+        name: &name,
+        namespace: &namespace,
+        owner,
+        spec: &object.spec,
+    };
+
+    // Credentials the config needs, generated once.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let psk = database::generated_secret(
+        &secrets,
+        &input.psk_secret_name(),
+        &[render::PSK_KEY.to_string()],
+        || {
+            use base64::Engine;
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).map_err(|e| Error::Random(e.to_string()))?;
+            Ok(base64::engine::general_purpose::STANDARD.encode(key))
+        },
+        |values| render::psk_secret(&input, &values[render::PSK_KEY]),
+    )
+    .await?;
+    let psk = psk.get(render::PSK_KEY).cloned().unwrap_or_default();
+
+    // Observe: the database (a managed engine is applied here: the services wait on it).
+    let database: DatabaseState = match (&object.spec.database.managed, &object.spec.database.external) {
+        (Some(managed), _) => database::managed(&context, &input, managed).await?,
+        (None, Some(external)) => {
+            database::external(&context, &input, external, ProbeOptions::default()).await?
+        }
+        (None, None) => return Err(Error::MissingField("spec.database.managed or .external")),
+    };
+    let root = render::root_config(&input, &database.connections, &psk);
+    let config = observe_config(&context, &input, &root).await?;
+    let (indexer, indexer_status) = observe_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
+    let (matcher, matcher_status) = observe_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?;
+    let (notifier, notifier_status) =
+        observe_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?;
+    let connections = budget::check(&database::demands(&input, &database), &database.limits);
+    let (routing_kind, served) = observe_routing(&context, &input).await;
+    let external_url = object.spec.routing.as_ref().and_then(routing::external_url);
+    let routing_observation = match &routing_kind {
+        Err(message) => RoutingObservation::Unsupported {
+            message: message.clone(),
+        },
+        Ok(RoutingKind::None) => RoutingObservation::Disabled,
+        Ok(kind) => RoutingObservation::Applied {
+            what: format!("{kind:?} {name}"),
+            url: external_url.clone().unwrap_or_else(|| "any host".to_string()),
+        },
+    };
+    let snapshot = ClairSnapshot {
+        generation,
+        config,
+        database: database.observation.clone(),
+        children: [indexer, matcher, notifier],
+        connections,
+        routing: routing_observation,
+    };
+
+    // Decide.
+    let status = object.status.as_ref();
+    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now());
+
+    // Apply what the decision allows.
+    if decision.apply == ApplyPlan::Everything {
+        apply_fresh(&secrets, &render::config_secret(&input, &root)).await?;
+        apply_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
+        apply_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?;
+        let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &namespace);
+        match render::updater_cronjob(&input) {
+            Some(cron) => {
+                apply_fresh(&cronjobs, &cron).await?;
+            }
+            None => {
+                delete_unwanted(&cronjobs, &owned_selector(&name, "updaters"), &uid, |_| false)
+                    .await?;
+            }
+        }
+    }
+    if decision.apply != ApplyPlan::Nothing {
+        // Switching the notifier off is honoured whatever else is wrong.
+        if input.notifier_enabled() {
+            if decision.apply == ApplyPlan::Everything {
+                apply_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?;
+            }
+        } else {
+            let notifiers: Api<Notifier> = Api::namespaced(client.clone(), &namespace);
+            delete_unwanted(&notifiers, &owned_selector(&name, "notifier"), &uid, |_| false)
+                .await?;
+        }
+        apply_routing(&context, &input, routing_kind.as_ref().ok().copied(), served, &uid).await?;
+    }
+
+    // Status: one write, only when it changed.
+    let version = image_version(&input.image());
+    let new_status = ClairStatus {
+        phase: Some(decision.phase),
+        conditions: decision.conditions.clone(),
+        observed_generation: Some(generation),
+        config_secret: Some(input.config_secret_name()),
+        version: if decision.apply == ApplyPlan::Everything {
+            version
+        } else {
+            status.and_then(|s| s.version.clone())
+        },
+        indexer: indexer_status,
+        matcher: matcher_status,
+        notifier: notifier_status,
+        url: external_url.filter(|_| routing_kind.as_ref().is_ok_and(|k| *k != RoutingKind::None)),
+    };
+    if status != Some(&new_status) {
+        let api: Api<Clair> = Api::namespaced(client.clone(), &namespace);
+        let patch = serde_json::json!({
+            "apiVersion": Clair::api_version(&()),
+            "kind": Clair::kind(&()),
+            "status": new_status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
+    if let Some(event) = &decision.event {
+        info!(%name, %namespace, note = %event.note, "clair phase transition");
+        super::publish_transition(&context, event, decision.transition, &object.object_ref(&()))
+            .await;
+    }
+    Ok(Action::requeue(match decision.phase {
+        // The database is measured again at this pace while all is well.
+        Phase::Available => Duration::from_secs(300),
+        _ => Duration::from_secs(20),
+    }))
+}
+
+fn owned_selector(clair: &str, component: &str) -> String {
+    labels::to_selector_string(&labels::all(clair, component))
+}
+
+async fn apply_child<K: ServiceKind>(
+    context: &Context,
+    input: &ClairInput<'_>,
+    role: ServiceRole,
+) -> Result<(), Error> {
+    let api: Api<K> = Api::namespaced(context.client.clone(), input.namespace);
+    apply_fresh(&api, &render::child::<K>(input, role)).await?;
+    Ok(())
+}
+
+/// Applies the routing object of `kind` and deletes those of the other kinds.
+async fn apply_routing(
+    context: &Context,
+    input: &ClairInput<'_>,
+    kind: Option<RoutingKind>,
+    served: routing::Served,
+    uid: &str,
+) -> Result<(), Error> {
+    let client = &context.client;
+    let selector = owned_selector(input.name, "routing");
+    let spec = input.spec.routing.clone().unwrap_or_default();
+
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), input.namespace);
+    if kind == Some(RoutingKind::Ingress) {
+        apply_fresh(&ingresses, &routing::ingress(input, &spec)).await?;
+    } else {
+        delete_unwanted(&ingresses, &selector, uid, |_| false).await?;
+    }
+
+    if served.routes {
+        let routes: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), input.namespace, &routing::route_resource());
+        let wanted = if kind == Some(RoutingKind::Route) {
+            routing::routes(input, &spec)
+        } else {
+            Vec::new()
+        };
+        for route in &wanted {
+            apply_fresh(&routes, route).await?;
+        }
+        let names: Vec<String> = wanted.iter().map(|r| r.name_any()).collect();
+        delete_unwanted(&routes, &selector, uid, |r| names.contains(&r.name_any())).await?;
+    }
+
+    if served.http_routes {
+        let resource = routing::http_route_resource();
+        let http_routes: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), input.namespace, &resource);
+        if kind == Some(RoutingKind::HttpRoute) {
+            apply_fresh(&http_routes, &routing::http_route(input, &spec)).await?;
+        } else {
+            delete_unwanted(&http_routes, &selector, uid, |_| false).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The Clair version of an image, from its tag: `quay.io/projectquay/clair:4.9.0` → `v4.9.0`.
+/// `None` for a digest or no tag (no upgrade steps can be derived).
+pub fn image_version(image: &str) -> Option<String> {
+    let without_digest = image.split('@').next()?;
+    let last = without_digest.rsplit('/').next()?;
+    let (_, tag) = last.split_once(':')?;
+    let version = tag.strip_prefix('v').unwrap_or(tag);
+    version
+        .split('.')
+        .next()
+        .is_some_and(|major| major.parse::<u32>().is_ok())
+        .then(|| format!("v{version}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_tags() {
+        assert_eq!(
+            image_version("quay.io/projectquay/clair:4.9.0").as_deref(),
+            Some("v4.9.0")
+        );
+        assert_eq!(
+            image_version("registry:5000/clair:v4.8.1").as_deref(),
+            Some("v4.8.1")
+        );
+        assert_eq!(image_version("registry:5000/clair"), None);
+        assert_eq!(image_version("clair:latest"), None);
+        assert_eq!(image_version("clair@sha256:abc"), None);
+    }
+
+    #[test]
+    fn a_notifier_needs_a_delivery() {
+        assert!(notifier_delivery_missing(r#"{"notifier":{"connstring":"x"}}"#).is_some());
+        assert!(
+            notifier_delivery_missing(r#"{"notifier":{"webhook":{"target":"http://t/"}}}"#)
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! The database side of a `Clair` reconcile: for a managed database, its generated
+//! passwords and engines (applied whatever the phase: the services wait on them); for an
+//! external one, the connection strings read from the user's Secrets and checked with a real
+//! connection. Either way: the `DatabaseReady` observation, each service's connection
+//! string, and what the connection budget is measured against.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::api::Api;
+
+use super::apply::{apply, apply_fresh};
+use super::{Context, Error};
+use crate::api::KeyReference;
+use crate::api::clair::{ExternalDatabase, ManagedDatabase};
+use crate::database::budget::{self, Demand};
+use crate::database::connstring;
+use crate::database::probe::{self, FailureKind, ProbeOptions};
+use crate::machine::Reason;
+use crate::machine::clair::ServiceRole;
+use crate::machine::observation::DatabaseObservation;
+use crate::render::clair::{ClairInput, ConnStrings};
+use crate::render::database as db;
+
+/// What the database side found.
+pub struct DatabaseState {
+    pub observation: DatabaseObservation,
+    pub connections: ConnStrings,
+    /// The engine each service connects to, by role (for the connection budget).
+    pub engine_of: BTreeMap<&'static str, String>,
+    /// Each engine's `max_connections`, when known.
+    pub limits: BTreeMap<String, Option<u32>>,
+}
+
+/// `bytes` random bytes from the operating system, hex-encoded.
+pub fn random_hex(bytes: usize) -> Result<String, Error> {
+    let mut buffer = vec![0u8; bytes];
+    getrandom::fill(&mut buffer).map_err(|e| Error::Random(e.to_string()))?;
+    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Reads `name`'s string data, creating the Secret with `generate`d values first when it
+/// does not exist. Generated once: later reconciles read what is there, so a rotation made
+/// by hand is kept.
+pub async fn generated_secret(
+    api: &Api<Secret>,
+    name: &str,
+    keys: &[String],
+    generate: impl Fn() -> Result<String, Error>,
+    build: impl FnOnce(&BTreeMap<String, String>) -> Secret,
+) -> Result<BTreeMap<String, String>, Error> {
+    let mut values: BTreeMap<String, String> = match api.get_opt(name).await? {
+        Some(secret) => secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    let missing: Vec<&String> = keys.iter().filter(|k| !values.contains_key(*k)).collect();
+    if !missing.is_empty() {
+        for key in missing {
+            values.insert(key.clone(), generate()?);
+        }
+        // Only missing keys are added; values already there are written back unchanged.
+        let current = api.get_opt(name).await?;
+        apply(api, &build(&values), current.as_ref()).await?;
+    }
+    Ok(values)
+}
+
+/// A managed database: passwords, bootstrap script, Services and StatefulSets applied;
+/// ready when every engine has a ready pod.
+pub async fn managed(
+    context: &Context,
+    input: &ClairInput<'_>,
+    managed: &ManagedDatabase,
+) -> Result<DatabaseState, Error> {
+    let client = &context.client;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), input.namespace);
+    let passwords = generated_secret(
+        &secrets,
+        &db::passwords_secret_name(input),
+        &db::password_keys(),
+        || random_hex(24),
+        |values| db::passwords_secret(input, values),
+    )
+    .await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), input.namespace);
+    apply_fresh(&config_maps, &db::bootstrap(input)).await?;
+
+    let engines = db::engines(input, managed);
+    let services: Api<Service> = Api::namespaced(client.clone(), input.namespace);
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), input.namespace);
+    let mut not_ready = Vec::new();
+    for engine in &engines {
+        apply_fresh(&services, &db::service(input, engine)).await?;
+        let desired = db::statefulset(input, managed, engine);
+        let current = sets.get_opt(&engine.name).await?;
+        apply(&sets, &desired, current.as_ref()).await?;
+        let ready = current
+            .and_then(|s| s.status)
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        if ready < 1 {
+            not_ready.push(engine.name.clone());
+        }
+    }
+    let observation = if not_ready.is_empty() {
+        DatabaseObservation::Reachable
+    } else {
+        DatabaseObservation::Unreachable {
+            reason: Reason::DatabaseNotReady,
+            message: format!(
+                "the managed engine {} has no ready pod yet",
+                not_ready.join(", ")
+            ),
+        }
+    };
+    let max = managed
+        .max_connections
+        .unwrap_or(db::DEFAULT_MAX_CONNECTIONS)
+        .max(0) as u32;
+    Ok(DatabaseState {
+        observation,
+        connections: db::conn_strings(input, &engines, &passwords),
+        engine_of: ServiceRole::ALL
+            .iter()
+            .filter_map(|role| {
+                db::engine_of(&engines, *role).map(|e| (role.as_str(), e.name.clone()))
+            })
+            .collect(),
+        limits: engines.iter().map(|e| (e.name.clone(), Some(max))).collect(),
+    })
+}
+
+/// One service's string from its Secret key; `Err` says what is missing.
+async fn read_key(api: &Api<Secret>, reference: &KeyReference) -> Result<Result<String, String>, Error> {
+    let Some(secret) = api.get_opt(&reference.name).await? else {
+        return Ok(Err(format!("Secret {} does not exist", reference.name)));
+    };
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&reference.key))
+        .map(|v| String::from_utf8(v.0.clone()));
+    Ok(match value {
+        Some(Ok(text)) => Ok(text.trim().to_string()),
+        Some(Err(_)) => Err(format!(
+            "Secret {} key {} is not UTF-8 text",
+            reference.name, reference.key
+        )),
+        None => Err(format!(
+            "Secret {} has no key {}",
+            reference.name, reference.key
+        )),
+    })
+}
+
+fn failure_reason(kind: FailureKind) -> Reason {
+    match kind {
+        FailureKind::Misconfigured => Reason::DatabaseMisconfigured,
+        FailureKind::AuthFailed => Reason::DatabaseAuthFailed,
+        FailureKind::DatabaseMissing => Reason::DatabaseMissing,
+        FailureKind::Unreachable => Reason::DatabaseUnreachable,
+        FailureKind::Rejected => Reason::DatabaseRejected,
+    }
+}
+
+/// External databases: each enabled service's string read and checked, concurrently.
+pub async fn external(
+    context: &Context,
+    input: &ClairInput<'_>,
+    external: &ExternalDatabase,
+    options: ProbeOptions,
+) -> Result<DatabaseState, Error> {
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), input.namespace);
+    let references = [
+        (ServiceRole::Indexer, Some(&external.indexer)),
+        (ServiceRole::Matcher, Some(&external.matcher)),
+        (ServiceRole::Notifier, external.notifier.as_ref()),
+    ];
+    let mut strings: BTreeMap<&'static str, String> = BTreeMap::new();
+    let mut failures: Vec<(Reason, String)> = Vec::new();
+    for (role, reference) in references {
+        if !input.enabled(role) {
+            continue;
+        }
+        let Some(reference) = reference else {
+            failures.push((
+                Reason::DatabaseMisconfigured,
+                format!("{}: spec.database.external.{} is not set", role.as_str(), role.as_str()),
+            ));
+            continue;
+        };
+        match read_key(&secrets, reference).await? {
+            Ok(text) => {
+                strings.insert(role.as_str(), text);
+            }
+            Err(what) => failures.push((
+                Reason::DatabaseMisconfigured,
+                format!("{}: {what}", role.as_str()),
+            )),
+        }
+    }
+    let checks = strings.iter().map(|(role, text)| async move {
+        (*role, probe::probe(text, options).await)
+    });
+    let mut limits = BTreeMap::new();
+    let mut engine_of = BTreeMap::new();
+    for (role, result) in futures::future::join_all(checks).await {
+        // The engine is where the string points, whether or not it answered.
+        let engine = connstring::parse(&strings[role])
+            .ok()
+            .and_then(|s| s.hosts().ok())
+            .and_then(|hosts| hosts.first().map(|(h, p)| format!("{h}:{p}")));
+        match result {
+            Ok(probed) => {
+                if let Some(engine) = &engine {
+                    limits.insert(engine.clone(), probed.max_connections);
+                }
+            }
+            Err(failure) => {
+                if let Some(engine) = &engine {
+                    limits.entry(engine.clone()).or_insert(None);
+                }
+                failures.push((failure_reason(failure.kind), format!("{role}: {}", failure.message)));
+            }
+        }
+        if let Some(engine) = engine {
+            engine_of.insert(role, engine);
+        }
+    }
+    let observation = match failures.first() {
+        None => DatabaseObservation::Reachable,
+        Some((reason, _)) => DatabaseObservation::Unreachable {
+            reason: *reason,
+            message: failures
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        },
+    };
+    let string = |role: ServiceRole| strings.get(role.as_str()).cloned().unwrap_or_default();
+    Ok(DatabaseState {
+        observation,
+        connections: ConnStrings {
+            indexer: string(ServiceRole::Indexer),
+            matcher: string(ServiceRole::Matcher),
+            notifier: input
+                .notifier_enabled()
+                .then(|| string(ServiceRole::Notifier)),
+        },
+        engine_of,
+        limits,
+    })
+}
+
+/// Each enabled service's demand on its engine: pool size (the string's `pool_max_conns`,
+/// else pgxpool's default for the pod's CPU limit) × most replicas.
+pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
+    ServiceRole::ALL
+        .iter()
+        .filter(|role| input.enabled(**role))
+        .filter_map(|role| {
+            let engine = state.engine_of.get(role.as_str())?.clone();
+            let text = match role {
+                ServiceRole::Indexer => &state.connections.indexer,
+                ServiceRole::Matcher => &state.connections.matcher,
+                ServiceRole::Notifier => state.connections.notifier.as_ref()?,
+            };
+            let pool = connstring::parse(text)
+                .ok()
+                .and_then(|s| s.pool_max_conns().ok().flatten());
+            let overrides = input.overrides(*role);
+            let cpu_limit = overrides
+                .and_then(|o| o.pod.as_ref())
+                .and_then(|p| p.resources.as_ref())
+                .and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get("cpu"))
+                .and_then(|q| cpu_cores(&q.0));
+            let max_replicas = overrides
+                .and_then(|o| match &o.autoscaling {
+                    Some(a) => Some(a.max_replicas),
+                    None => o.replicas,
+                })
+                .unwrap_or(1)
+                .max(0) as u32;
+            Some(Demand {
+                service: role.as_str(),
+                engine,
+                pool: pool.unwrap_or_else(|| budget::default_pool(cpu_limit)),
+                pool_assumed: pool.is_none(),
+                max_replicas,
+            })
+        })
+        .collect()
+}
+
+/// Whole CPUs of a quantity, rounded up (`1500m` → 2, `2` → 2).
+fn cpu_cores(quantity: &str) -> Option<u32> {
+    match quantity.strip_suffix('m') {
+        Some(milli) => milli.parse::<u32>().ok().map(|m| m.div_ceil(1000)),
+        None => quantity.parse::<f64>().ok().map(|c| c.ceil() as u32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_cores;
+
+    #[test]
+    fn cpu_quantities() {
+        assert_eq!(cpu_cores("1500m"), Some(2));
+        assert_eq!(cpu_cores("2"), Some(2));
+        assert_eq!(cpu_cores("0.5"), Some(1));
+        assert_eq!(cpu_cores("lots"), None);
+    }
+}
