@@ -43,7 +43,10 @@ pub async fn run(
 ) {
     let client = context.client.clone();
     let owned = watcher::Config::default().labels(&labels::managed_selector());
-    let controller = Controller::new(Api::<Clair>::all(client.clone()), watcher::Config::default());
+    let controller = Controller::new(
+        Api::<Clair>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     controller
         .owns(Api::<Indexer>::all(client.clone()), owned.clone())
@@ -111,7 +114,10 @@ async fn observe_config(
     root: &Value,
 ) -> Result<ConfigObservation, Error> {
     let root = Document {
-        name: format!("the generated config (Secret {})", input.config_secret_name()),
+        name: format!(
+            "the generated config (Secret {})",
+            input.config_secret_name()
+        ),
         key: ROOT_KEY.to_string(),
         text: root.to_string(),
     };
@@ -207,7 +213,10 @@ async fn observe_child<K: ServiceKind>(
         ready_replicas: status.map_or(0, |s| s.ready_replicas),
         url: status.and_then(|s| s.url.clone()),
     };
-    Ok((ChildObservation::Present { name, phase }, Some(child_status)))
+    Ok((
+        ChildObservation::Present { name, phase },
+        Some(child_status),
+    ))
 }
 
 /// The routing the spec asks for, as the cluster can serve it.
@@ -219,7 +228,10 @@ async fn observe_routing(
         routes: context.capabilities.serves(OptionalApi::Route).await,
         http_routes: context.capabilities.serves(OptionalApi::HttpRoute).await,
     };
-    (routing::resolve(input.spec.routing.as_ref(), served), served)
+    (
+        routing::resolve(input.spec.routing.as_ref(), served),
+        served,
+    )
 }
 
 async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
@@ -258,7 +270,10 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     let psk = psk.get(render::PSK_KEY).cloned().unwrap_or_default();
 
     // Observe: the database (a managed engine is applied here: the services wait on it).
-    let database: DatabaseState = match (&object.spec.database.managed, &object.spec.database.external) {
+    let database: DatabaseState = match (
+        &object.spec.database.managed,
+        &object.spec.database.external,
+    ) {
         (Some(managed), _) => database::managed(&context, &input, managed).await?,
         (None, Some(external)) => {
             database::external(&context, &input, external, ProbeOptions::default()).await?
@@ -267,8 +282,10 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     };
     let root = render::root_config(&input, &database.connections, &psk);
     let config = observe_config(&context, &input, &root).await?;
-    let (indexer, indexer_status) = observe_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
-    let (matcher, matcher_status) = observe_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?;
+    let (indexer, indexer_status) =
+        observe_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
+    let (matcher, matcher_status) =
+        observe_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?;
     let (notifier, notifier_status) =
         observe_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?;
     let connections = budget::check(&database::demands(&input, &database), &database.limits);
@@ -281,7 +298,9 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         Ok(RoutingKind::None) => RoutingObservation::Disabled,
         Ok(kind) => RoutingObservation::Applied {
             what: format!("{kind:?} {name}"),
-            url: external_url.clone().unwrap_or_else(|| "any host".to_string()),
+            url: external_url
+                .clone()
+                .unwrap_or_else(|| "any host".to_string()),
         },
     };
     let snapshot = ClairSnapshot {
@@ -309,8 +328,10 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
                 apply_fresh(&cronjobs, &cron).await?;
             }
             None => {
-                delete_unwanted(&cronjobs, &owned_selector(&name, "updaters"), &uid, |_| false)
-                    .await?;
+                delete_unwanted(&cronjobs, &owned_selector(&name, "updaters"), &uid, |_| {
+                    false
+                })
+                .await?;
             }
         }
     }
@@ -322,10 +343,19 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
             }
         } else {
             let notifiers: Api<Notifier> = Api::namespaced(client.clone(), &namespace);
-            delete_unwanted(&notifiers, &owned_selector(&name, "notifier"), &uid, |_| false)
-                .await?;
+            delete_unwanted(&notifiers, &owned_selector(&name, "notifier"), &uid, |_| {
+                false
+            })
+            .await?;
         }
-        apply_routing(&context, &input, routing_kind.as_ref().ok().copied(), served, &uid).await?;
+        apply_routing(
+            &context,
+            &input,
+            routing_kind.as_ref().ok().copied(),
+            served,
+            &uid,
+        )
+        .await?;
     }
 
     // Status: one write, only when it changed.
@@ -361,8 +391,13 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     }
     if let Some(event) = &decision.event {
         info!(%name, %namespace, note = %event.note, "clair phase transition");
-        super::publish_transition(&context, event, decision.transition, &object.object_ref(&()))
-            .await;
+        super::publish_transition(
+            &context,
+            event,
+            decision.transition,
+            &object.object_ref(&()),
+        )
+        .await;
     }
     Ok(Action::requeue(match decision.phase {
         // The database is measured again at this pace while all is well.

@@ -132,12 +132,18 @@ pub async fn managed(
                 db::engine_of(&engines, *role).map(|e| (role.as_str(), e.name.clone()))
             })
             .collect(),
-        limits: engines.iter().map(|e| (e.name.clone(), Some(max))).collect(),
+        limits: engines
+            .iter()
+            .map(|e| (e.name.clone(), Some(max)))
+            .collect(),
     })
 }
 
 /// One service's string from its Secret key; `Err` says what is missing.
-async fn read_key(api: &Api<Secret>, reference: &KeyReference) -> Result<Result<String, String>, Error> {
+async fn read_key(
+    api: &Api<Secret>,
+    reference: &KeyReference,
+) -> Result<Result<String, String>, Error> {
     let Some(secret) = api.get_opt(&reference.name).await? else {
         return Ok(Err(format!("Secret {} does not exist", reference.name)));
     };
@@ -191,7 +197,11 @@ pub async fn external(
         let Some(reference) = reference else {
             failures.push((
                 Reason::DatabaseMisconfigured,
-                format!("{}: spec.database.external.{} is not set", role.as_str(), role.as_str()),
+                format!(
+                    "{}: spec.database.external.{} is not set",
+                    role.as_str(),
+                    role.as_str()
+                ),
             ));
             continue;
         };
@@ -205,9 +215,9 @@ pub async fn external(
             )),
         }
     }
-    let checks = strings.iter().map(|(role, text)| async move {
-        (*role, probe::probe(text, options).await)
-    });
+    let checks = strings
+        .iter()
+        .map(|(role, text)| async move { (*role, probe::probe(text, options).await) });
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();
     for (role, result) in futures::future::join_all(checks).await {
@@ -226,7 +236,10 @@ pub async fn external(
                 if let Some(engine) = &engine {
                     limits.entry(engine.clone()).or_insert(None);
                 }
-                failures.push((failure_reason(failure.kind), format!("{role}: {}", failure.message)));
+                failures.push((
+                    failure_reason(failure.kind),
+                    format!("{role}: {}", failure.message),
+                ));
             }
         }
         if let Some(engine) = engine {

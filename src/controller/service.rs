@@ -264,8 +264,13 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
 
     if let Some(event) = &decision.event {
         info!(kind = K::MODE, %name, %namespace, note = %event.note, "phase transition");
-        super::publish_transition(&context, event, decision.transition, &object.object_ref(&()))
-            .await;
+        super::publish_transition(
+            &context,
+            event,
+            decision.transition,
+            &object.object_ref(&()),
+        )
+        .await;
     }
 
     Ok(Action::requeue(match decision.phase {

@@ -451,7 +451,7 @@ fn write(path: &Path, text: &str) -> Result<()> {
 }
 
 /// Free loopback ports, all bound at once so they differ, then released for the components.
-fn free_ports<const N: usize>() -> Result<[u16; N]> {
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners: Vec<TcpListener> = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()

@@ -7,10 +7,12 @@ mod binaries;
 pub use binaries::repo_root;
 mod controlplane;
 mod pki;
+mod postgres;
 mod process;
 
 pub use binaries::Binaries;
 pub use controlplane::{ControlPlane, OPERATOR, Options};
+pub use postgres::{Postgres, clair_binaries};
 pub use process::Process;
 
 /// Why the control plane could not be had. Each message says what to do about it.
@@ -46,6 +48,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error("{0}")]
+    Missing(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

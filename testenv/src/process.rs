@@ -34,18 +34,19 @@ impl Process {
         env: &[(&str, &Path)],
         log_dir: &Path,
     ) -> Result<Self> {
+        let mut command = Command::new(program);
+        command.args(args).envs(env.iter().copied());
+        Self::spawn_command(name, command, log_dir)
+    }
+
+    /// As [`Process::spawn`], for a command already set up (user, environment, ...).
+    pub fn spawn_command(name: &str, mut command: Command, log_dir: &Path) -> Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).map_err(io_error(format!("create {}", log.display())))?;
         let err = out
             .try_clone()
             .map_err(io_error(format!("open {}", log.display())))?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+        command.stdin(Stdio::null()).stdout(out).stderr(err);
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -55,9 +56,10 @@ impl Process {
                 Ok(())
             });
         }
+        let program = command.get_program().to_string_lossy().into_owned();
         let child = command
             .spawn()
-            .map_err(io_error(format!("start {}", program.display())))?;
+            .map_err(io_error(format!("start {program}")))?;
         Ok(Self {
             name: name.to_string(),
             child,

@@ -2,6 +2,7 @@
 //! with a module per area. `main` starts the control plane once, runs every test in its own
 //! namespace, and stops the control plane whether the tests passed or not.
 
+mod clair;
 mod clairconfig;
 mod crds;
 mod services;
@@ -74,6 +75,10 @@ macro_rules! tests {
 
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
+        clair::a_clair_with_an_external_database_owns_its_services_and_routing,
+        clair::database_failures_are_told_apart_and_nothing_rolls,
+        clair::a_managed_database_keeps_its_claims_when_the_clair_is_deleted,
+        clair::the_rendered_configs_run_real_clair_services_and_updaters,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

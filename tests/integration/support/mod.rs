@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clair_operator::{controller, crdgen, webhook};
-use clair_testenv::{ControlPlane, OPERATOR, Options};
+use clair_testenv::{ControlPlane, OPERATOR, Options, Postgres};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -21,6 +21,8 @@ pub struct TestEnv {
     // Held for its Drop; declared first so it stops before the control plane does.
     _operator: Operator,
     pub plane: ControlPlane,
+    /// A real PostgreSQL on loopback, for the database tests.
+    pub postgres: Postgres,
 }
 
 /// The operator's controllers, run in this process on a thread of their own, as the
@@ -148,10 +150,13 @@ impl TestEnv {
                 String::from_utf8_lossy(&output.stderr)
             );
         }
+        let postgres = Postgres::start(&plane.dir().join("logs"))
+            .context("start PostgreSQL for the database tests")?;
         let operator = Operator::start(&plane)?;
         let env = Self {
             _operator: operator,
             plane,
+            postgres,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

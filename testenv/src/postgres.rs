@@ -1,0 +1,238 @@
+//! A real PostgreSQL server on loopback for the database tests: the machine's PostgreSQL
+//! server binaries, a fresh data directory in a temporary folder, password (SCRAM) auth,
+//! stopped on drop and killed with the process that started it.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::controlplane::free_ports;
+use crate::process::Process;
+use crate::{Error, Result, io_error};
+
+/// The superuser the server is initialised with.
+pub const SUPERUSER: &str = "postgres";
+
+/// A running server.
+pub struct Postgres {
+    process: Process,
+    bin: PathBuf,
+    pub port: u16,
+    password: String,
+    _dir: tempfile::TempDir,
+}
+
+/// The newest `/usr/lib/postgresql/N/bin` holding `initdb` and `postgres`.
+fn server_binaries() -> Result<PathBuf> {
+    let root = Path::new("/usr/lib/postgresql");
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            (bin.join("initdb").is_file() && bin.join("postgres").is_file())
+                .then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin).ok_or_else(|| {
+        Error::Missing(
+            "PostgreSQL server binaries (/usr/lib/postgresql/N/bin/initdb and postgres) are not \
+             installed: run scripts/install-deps, or apt-get install postgresql"
+                .into(),
+        )
+    })
+}
+
+/// PostgreSQL refuses to run as root: when the tests run as root, the server runs as
+/// `nobody`.
+fn unprivileged() -> Option<(u32, u32)> {
+    // SAFETY: getuid has no preconditions.
+    (unsafe { libc::getuid() } == 0).then_some((65534, 65534))
+}
+
+fn chown(path: &Path, owner: Option<(u32, u32)>) -> Result<()> {
+    let Some((uid, gid)) = owner else {
+        return Ok(());
+    };
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io_error("path")(std::io::Error::other(e)))?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::chown(c.as_ptr(), uid, gid) } != 0 {
+        return Err(io_error(format!("chown {}", path.display()))(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+fn as_server_user(command: &mut Command, owner: Option<(u32, u32)>) {
+    use std::os::unix::process::CommandExt;
+    if let Some((uid, gid)) = owner {
+        command.uid(uid).gid(gid);
+    }
+}
+
+impl Postgres {
+    /// Initialises and starts a server; its log goes to `log_dir/postgres.log`.
+    pub fn start(log_dir: &Path) -> Result<Self> {
+        let bin = server_binaries()?;
+        let owner = unprivileged();
+        let dir = tempfile::Builder::new()
+            .prefix("clair-testenv-pg-")
+            .tempdir()
+            .map_err(io_error("create the PostgreSQL folder"))?;
+        chown(dir.path(), owner)?;
+        let data = dir.path().join("data");
+        let password = random_password()?;
+        let pwfile = dir.path().join("pwfile");
+        std::fs::write(&pwfile, &password).map_err(io_error("write the password file"))?;
+        chown(&pwfile, owner)?;
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("--pgdata")
+            .arg(&data)
+            .args(["--username", SUPERUSER, "--auth", "scram-sha-256"])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .args(["--encoding", "UTF8", "--no-sync"])
+            .stdin(Stdio::null());
+        as_server_user(&mut initdb, owner);
+        let output = initdb.output().map_err(io_error("run initdb"))?;
+        if !output.status.success() {
+            return Err(Error::Missing(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        let [port] = free_ports()?;
+        let mut server = Command::new(bin.join("postgres"));
+        server
+            .arg("-D")
+            .arg(&data)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", &format!("port={port}")])
+            .args([
+                "-c",
+                &format!("unix_socket_directories={}", dir.path().display()),
+            ])
+            .args(["-c", "max_connections=50", "-c", "fsync=off"]);
+        as_server_user(&mut server, owner);
+        let process = Process::spawn_command("postgres", server, log_dir)?;
+        let mut postgres = Self {
+            process,
+            bin,
+            port,
+            password,
+            _dir: dir,
+        };
+        postgres.wait_ready(Duration::from_secs(60))?;
+        Ok(postgres)
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.process.check_running()?;
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: "PostgreSQL to accept connections".into(),
+                    seconds: timeout.as_secs(),
+                    detail: format!("; log:\n{}", self.process.tail(20)),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Runs `sql` as the superuser in database `postgres` with `psql`; returns its output.
+    pub fn sql(&self, sql: &str) -> Result<String> {
+        self.sql_in("postgres", sql)
+    }
+
+    /// Runs `sql` as the superuser in `database`; returns its output.
+    pub fn sql_in(&self, database: &str, sql: &str) -> Result<String> {
+        let output = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tA",
+            ])
+            .args(["-c", sql])
+            .env("PGPASSWORD", &self.password)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io_error("run psql"))?;
+        if !output.status.success() {
+            return Err(Error::Missing(format!(
+                "psql failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    }
+
+    /// Creates role `name` with `password`, owning a database of the same name.
+    pub fn create_role_and_database(&self, name: &str, password: &str) -> Result<()> {
+        self.sql(&format!(
+            "CREATE ROLE \"{name}\" LOGIN PASSWORD '{}'",
+            password.replace('\'', "''")
+        ))?;
+        self.sql(&format!("CREATE DATABASE \"{name}\" OWNER \"{name}\""))?;
+        Ok(())
+    }
+
+    /// A `key=value` connection string for `user` to `dbname` on loopback.
+    pub fn connstring(&self, user: &str, password: &str, dbname: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={user} password='{}' dbname={dbname} sslmode=disable",
+            self.port,
+            password.replace('\\', "\\\\").replace('\'', "\\'")
+        )
+    }
+}
+
+fn random_password() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| io_error("generate a password")(std::io::Error::other(e.to_string())))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The folder holding `clair` and `clairctl` at the version `tools/clair/go.mod` pins, built
+/// on first use by `tools/clair/build.sh` and cached.
+pub fn clair_binaries() -> Result<PathBuf> {
+    let script = crate::repo_root().join("tools/clair/build.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
+    if !output.status.success() {
+        return Err(Error::Build(format!(
+            "{} exited with {} (it builds Clair from the Go module proxy with Go >= 1.24)",
+            script.display(),
+            output.status
+        )));
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Build(format!("{} printed no folder", script.display())))
+}

@@ -1,0 +1,881 @@
+//! The `Clair` controller on the real control plane, with a real PostgreSQL started by the
+//! harness and the real Clair binaries: a Clair with an external database reaches
+//! Available with everything it owns; database failures are told apart and never leak a
+//! password; a managed database keeps its data claims; the configs the operator renders
+//! start real `clair` processes, and the updater command runs against the database.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use clair_operator::api::{Clair, Indexer, Matcher, Notifier, Phase};
+use clair_testenv::{Process, clair_binaries};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::support::{FIELD_MANAGER, TestEnv, eventually};
+
+const LONG: Duration = Duration::from_secs(120);
+const PASSWORD: &str = "s3cret-Pa55word";
+
+/// A Secret or ConfigMap (by `kind`), applied.
+async fn apply_json<K>(client: &Client, ns: &str, object: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = object["metadata"]["name"]
+        .as_str()
+        .context("object without a name")?
+        .to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("apply {name}"))?;
+    Ok(())
+}
+
+/// Roles `PREFIX_indexer` and so on, each owning a database of its name, on the test
+/// PostgreSQL; returns their connection strings in a Secret named `databases`.
+async fn external_databases(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<String> {
+    let prefix = ns.replace('-', "_");
+    let mut data = serde_json::Map::new();
+    for service in ["indexer", "matcher", "notifier"] {
+        let role = format!("{prefix}_{service}");
+        env.postgres.create_role_and_database(&role, PASSWORD)?;
+        data.insert(
+            service.to_string(),
+            json!(env.postgres.connstring(&role, PASSWORD, &role)),
+        );
+    }
+    apply_json::<Secret>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"}, "stringData": data}),
+    )
+    .await?;
+    Ok(prefix)
+}
+
+/// The notifier's delivery, as users add it: a drop-in.
+async fn notifier_dropin(client: &Client, ns: &str, target: &str) -> anyhow::Result<()> {
+    let text = format!(
+        "notifier:\n  webhook:\n    target: {target}\n    callback: http://clair-notifier.{ns}.svc:6060/notifier/api/v1/notification/\n"
+    );
+    apply_json::<ConfigMap>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "delivery"}, "data": {"notifier.yaml": text}}),
+    )
+    .await
+}
+
+fn external_spec() -> Value {
+    json!({
+        "database": {"external": {
+            "indexer": {"name": "databases", "key": "indexer"},
+            "matcher": {"name": "databases", "key": "matcher"},
+            "notifier": {"name": "databases", "key": "notifier"},
+        }},
+        "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
+    })
+}
+
+async fn create_clair(client: &Client, ns: &str, name: &str, spec: Value) -> anyhow::Result<()> {
+    apply_json::<Clair>(
+        client,
+        ns,
+        json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Clair", "metadata": {"name": name}, "spec": spec}),
+    )
+    .await
+}
+
+async fn patch_spec(client: &Client, ns: &str, name: &str, spec: Value) -> anyhow::Result<()> {
+    let api: Api<Clair> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": spec })),
+    )
+    .await?;
+    Ok(())
+}
+
+fn condition<'a>(
+    clair: &'a Clair,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    clair
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+}
+
+/// Waits until `check` holds for the Clair; the error names its last conditions.
+async fn wait_clair(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Clair) -> bool,
+) -> anyhow::Result<Clair> {
+    let api: Api<Clair> = Api::namespaced(client.clone(), ns);
+    let check = &check;
+    eventually(LONG, what, || {
+        let api = api.clone();
+        async move {
+            let clair = api.get(name).await?;
+            if check(&clair) {
+                return Ok(true);
+            }
+            let status = clair.status.clone().unwrap_or_default();
+            let summary: Vec<String> = status
+                .conditions
+                .iter()
+                .filter(|c| c.status != "True")
+                .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                .collect();
+            bail!("phase {:?}; {}", status.phase, summary.join(" | "))
+        }
+    })
+    .await?;
+    Ok(api.get(name).await?)
+}
+
+fn phase_is(phase: Phase) -> impl Fn(&Clair) -> bool {
+    move |c| c.status.as_ref().and_then(|s| s.phase) == Some(phase)
+}
+
+fn secret_text(secret: &Secret, key: &str) -> anyhow::Result<String> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .with_context(|| format!("Secret {} has no key {key}", secret.name_any()))?;
+    Ok(String::from_utf8(bytes.0.clone())?)
+}
+
+pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-external").await?;
+    external_databases(env, &client, &ns).await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let mut spec = external_spec();
+    spec["indexer"] = json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 3}});
+    create_clair(&client, &ns, "clair", spec).await?;
+    let clair = wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+
+    // The conditions say what was measured.
+    let database = condition(&clair, "DatabaseReady").context("no DatabaseReady")?;
+    ensure!(
+        database.status == "True" && database.reason == "DatabaseReachable",
+        "{database:?}"
+    );
+    let fit = condition(&clair, "ConnectionsFit").context("no ConnectionsFit")?;
+    ensure!(
+        fit.status == "True" && fit.message.contains("127.0.0.1:"),
+        "the test server has max_connections=50: {fit:?}"
+    );
+    for service in ["IndexerReady", "MatcherReady", "NotifierReady"] {
+        let c = condition(&clair, service).with_context(|| format!("no {service}"))?;
+        ensure!(c.status == "True", "{c:?}");
+    }
+
+    // The generated config: full URLs, the connection strings, a PSK that matches its Secret.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let config_secret = secrets.get("clair-config").await?;
+    ensure!(
+        config_secret
+            .labels()
+            .get("clair.projectquay.io/validate-config")
+            == Some(&"true".to_string()),
+        "the generated config is labelled for the validating webhook"
+    );
+    let config: Value = serde_json::from_str(&secret_text(&config_secret, "config.yaml")?)?;
+    ensure!(
+        config["matcher"]["indexer_addr"] == json!(format!("http://clair-indexer.{ns}.svc:6060")),
+        "{config}"
+    );
+    ensure!(
+        config["notifier"]["matcher_addr"] == json!(format!("http://clair-matcher.{ns}.svc:6060")),
+        "{config}"
+    );
+    ensure!(
+        config["indexer"]["connstring"]
+            .as_str()
+            .is_some_and(|c| c.contains("_indexer")),
+        "{config}"
+    );
+    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
+    ensure!(
+        config["auth"]["psk"]["key"] == json!(psk),
+        "PSK in config and Secret differ"
+    );
+
+    // The three services, each with the generated root and the user's drop-in.
+    let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
+    let indexer = indexers.get("clair-indexer").await?;
+    let config_spec = &indexer.spec.service.config;
+    ensure!(
+        config_spec.root.secret.as_ref().map(|r| r.name.as_str()) == Some("clair-config")
+            && config_spec.dropins.len() == 1,
+        "{config_spec:?}"
+    );
+    ensure!(
+        indexer
+            .spec
+            .service
+            .autoscaling
+            .as_ref()
+            .map(|a| a.max_replicas)
+            == Some(3),
+        "the indexer's overrides are passed on"
+    );
+    ensure!(
+        indexer
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "Clair" && o.controller == Some(true)),
+        "the indexer is owned by the Clair"
+    );
+    let status = clair.status.clone().unwrap_or_default();
+    ensure!(
+        status.indexer.as_ref().and_then(|c| c.url.clone())
+            == Some(format!("http://clair-indexer.{ns}.svc:6060")),
+        "{status:?}"
+    );
+
+    // The printer columns.
+    let table = env.kubectl_ok(&ns, &["get", "clair", "clair"])?;
+    ensure!(
+        table.contains("Available") && table.contains("True"),
+        "{table}"
+    );
+
+    // Switching the notifier off deletes it.
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"notifier": {"enabled": false}}),
+    )
+    .await?;
+    let notifiers: Api<Notifier> = Api::namespaced(client.clone(), &ns);
+    eventually(LONG, "the notifier deleted", || {
+        let notifiers = notifiers.clone();
+        async move { Ok(notifiers.get_opt("clair-notifier").await?.is_none()) }
+    })
+    .await?;
+    wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "NotifierReady ServiceDisabled",
+        |c| condition(c, "NotifierReady").is_some_and(|c| c.reason == "ServiceDisabled"),
+    )
+    .await?;
+
+    // Routing: an Ingress by path, then an HTTPRoute once the Gateway API is installed.
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"routing": {"kind": "Ingress", "host": "clair.example.com", "tlsSecretName": "clair-tls"}}),
+    )
+    .await?;
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), &ns);
+    eventually(LONG, "the Ingress", || {
+        let ingresses = ingresses.clone();
+        async move {
+            let Some(ingress) = ingresses.get_opt("clair").await? else {
+                return Ok(false);
+            };
+            let rule = &ingress
+                .spec
+                .clone()
+                .unwrap_or_default()
+                .rules
+                .unwrap_or_default()[0];
+            let paths: Vec<String> = rule
+                .http
+                .as_ref()
+                .map(|h| h.paths.iter().filter_map(|p| p.path.clone()).collect())
+                .unwrap_or_default();
+            ensure!(paths == ["/indexer/", "/matcher/"], "paths {paths:?}");
+            Ok(true)
+        }
+    })
+    .await?;
+    let clair = wait_clair(&client, &ns, "clair", "status.url", |c| {
+        c.status.as_ref().and_then(|s| s.url.clone()).as_deref()
+            == Some("https://clair.example.com")
+    })
+    .await?;
+    ensure!(
+        condition(&clair, "RoutingReady").is_some_and(|c| c.reason == "RoutingApplied"),
+        "{:?}",
+        condition(&clair, "RoutingReady")
+    );
+
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"routing": {"kind": "HTTPRoute", "gateway": {"name": "public"}}}),
+    )
+    .await?;
+    // Not served yet (this test is the only one that installs it): the condition says so.
+    wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "RoutingReady RoutingUnsupported",
+        |c| {
+            condition(c, "RoutingReady")
+                .is_some_and(|c| c.status == "False" && c.reason == "RoutingUnsupported")
+        },
+    )
+    .await?;
+    install_gateway_api(&client).await?;
+    // Picked up without a restart: the operator watches CRDs.
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
+        "httproutes",
+    );
+    let http_routes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    eventually(LONG, "the HTTPRoute, and the Ingress gone", || {
+        let http_routes = http_routes.clone();
+        let ingresses = ingresses.clone();
+        async move {
+            let Some(route) = http_routes.get_opt("clair").await? else {
+                return Ok(false);
+            };
+            ensure!(
+                route.data["spec"]["parentRefs"][0]["name"] == "public",
+                "{:?}",
+                route.data
+            );
+            Ok(ingresses.get_opt("clair").await?.is_none())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Installs a minimal `httproutes.gateway.networking.k8s.io` CRD (schema left open).
+async fn install_gateway_api(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "httproutes.gateway.networking.k8s.io";
+    {
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name, "annotations": {
+                "api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/1538"}},
+            "spec": {
+                "group": "gateway.networking.k8s.io", "scope": "Namespaced",
+                "names": {"plural": "httproutes", "singular": "httproute", "kind": "HTTPRoute", "listKind": "HTTPRouteList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        }))?;
+        crds.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+    }
+    eventually(
+        Duration::from_secs(30),
+        "the HTTPRoute CRD established",
+        || {
+            let crds = crds.clone();
+            async move { Ok(crate::support::established(&crds.get(name).await?)) }
+        },
+    )
+    .await
+}
+
+pub async fn database_failures_are_told_apart_and_nothing_rolls(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-dbfail").await?;
+    let prefix = external_databases(env, &client, &ns).await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let port = env.postgres.port;
+    let indexer = format!("{prefix}_indexer");
+    let cases = [
+        (
+            "wrong-password",
+            format!(
+                "host=127.0.0.1 port={port} user={indexer} password=not-the-password dbname={indexer} sslmode=disable"
+            ),
+            "DatabaseAuthFailed",
+            "not-the-password",
+        ),
+        (
+            "missing-database",
+            format!(
+                "postgresql://{indexer}:{PASSWORD}@127.0.0.1:{port}/no_such_database?sslmode=disable"
+            ),
+            "DatabaseMissing",
+            PASSWORD,
+        ),
+        (
+            "unreachable",
+            // A port nothing listens on (the probe's retries are bounded).
+            format!(
+                "host=127.0.0.1 port=1 user={indexer} password={PASSWORD} dbname={indexer} connect_timeout=2"
+            ),
+            "DatabaseUnreachable",
+            PASSWORD,
+        ),
+    ];
+    for (name, connstring, _, _) in &cases {
+        apply_json::<Secret>(
+            &client,
+            &ns,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("db-{name}")}, "stringData": {"indexer": connstring}}),
+        )
+        .await?;
+        let mut spec = external_spec();
+        spec["database"]["external"]["indexer"] =
+            json!({"name": format!("db-{name}"), "key": "indexer"});
+        create_clair(&client, &ns, name, spec).await?;
+    }
+    for (name, _, reason, secret) in &cases {
+        let clair = wait_clair(
+            &client,
+            &ns,
+            name,
+            &format!("{name}: DatabaseReady {reason}"),
+            |c| {
+                condition(c, "DatabaseReady")
+                    .is_some_and(|d| d.status == "False" && d.reason == *reason)
+            },
+        )
+        .await?;
+        let database = condition(&clair, "DatabaseReady").context("DatabaseReady")?;
+        ensure!(
+            database.message.starts_with("the Clair database: indexer:"),
+            "the message names the service: {}",
+            database.message
+        );
+        ensure!(
+            !database.message.contains(secret),
+            "the message leaks the password: {}",
+            database.message
+        );
+        ensure!(
+            clair.status.as_ref().and_then(|s| s.phase) == Some(Phase::ConfigValid),
+            "{name}: {:?}",
+            clair.status
+        );
+        // Nothing was rolled: no services, no generated config.
+        let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
+        ensure!(
+            indexers
+                .get_opt(&format!("{name}-indexer"))
+                .await?
+                .is_none(),
+            "{name}: an indexer was created while its database fails"
+        );
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        ensure!(secrets.get_opt(&format!("{name}-config")).await?.is_none());
+    }
+    // Events and `kubectl describe` carry no password either.
+    let described = env.kubectl_ok(&ns, &["describe", "clairs"])?;
+    ensure!(
+        !described.contains(PASSWORD) && !described.contains("not-the-password"),
+        "kubectl describe shows a password"
+    );
+    Ok(())
+}
+
+pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-managed").await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    // A volume for the claim to bind to (there is no provisioner on this cluster).
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("{ns}-data")},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "claimRef": {"namespace": ns, "name": "data-clair-database-0"},
+                 "hostPath": {"path": format!("/tmp/{ns}")}}
+    }))?;
+    volumes
+        .patch(
+            &volume.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&volume),
+        )
+        .await?;
+    create_clair(
+        &client,
+        &ns,
+        "clair",
+        json!({
+            "database": {"managed": {"storage": {"size": "1Gi", "storageClassName": ""}, "maxConnections": 100}},
+            "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
+            "updaters": {"mode": "CronJob", "schedule": "0 */6 * * *"},
+        }),
+    )
+    .await?;
+    let clair = wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    let fit = condition(&clair, "ConnectionsFit").context("ConnectionsFit")?;
+    ensure!(fit.message.contains("of 97 usable"), "{fit:?}");
+
+    // The engine, its bootstrap and generated passwords; the services use them.
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let set = sets.get("clair-database").await?;
+    let set_spec = set.spec.clone().unwrap_or_default();
+    ensure!(
+        set_spec
+            .persistent_volume_claim_retention_policy
+            .and_then(|p| p.when_deleted)
+            .as_deref()
+            == Some("Retain")
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let passwords = secrets.get("clair-database").await?;
+    let matcher_password = secret_text(&passwords, "matcher-password")?;
+    ensure!(matcher_password.len() >= 32, "a generated password");
+    let config: Value = serde_json::from_str(&secret_text(
+        &secrets.get("clair-config").await?,
+        "config.yaml",
+    )?)?;
+    let matcher = config["matcher"]["connstring"].as_str().unwrap_or_default();
+    ensure!(
+        matcher.contains(&format!("clair-database.{ns}.svc"))
+            && matcher.contains(&matcher_password),
+        "{matcher}"
+    );
+    ensure!(
+        config["matcher"]["disable_updaters"] == json!(true),
+        "{config}"
+    );
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &ns);
+    ensure!(
+        cronjobs.get_opt("clair-updaters").await?.is_some(),
+        "the updater CronJob"
+    );
+    // The passwords are generated once: a second reconcile keeps them.
+    patch_spec(&client, &ns, "clair", json!({"matcher": {"replicas": 2}})).await?;
+    let matchers: Api<Matcher> = Api::namespaced(client.clone(), &ns);
+    eventually(LONG, "the matcher at 2 replicas", || {
+        let matchers = matchers.clone();
+        async move { Ok(matchers.get("clair-matcher").await?.spec.service.replicas == 2) }
+    })
+    .await?;
+    ensure!(
+        secret_text(&secrets.get("clair-database").await?, "matcher-password")? == matcher_password
+    );
+
+    // Deleting the Clair deletes what it owns, except the data claim.
+    let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
+    clairs.delete("clair", &DeleteParams::foreground()).await?;
+    eventually(LONG, "the StatefulSet and the Clair gone", || {
+        let sets = sets.clone();
+        let clairs = clairs.clone();
+        async move {
+            Ok(sets.get_opt("clair-database").await?.is_none()
+                && clairs.get_opt("clair").await?.is_none())
+        }
+    })
+    .await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        claims.get_opt("data-clair-database-0").await?.is_some(),
+        "the data claim was deleted with the Clair"
+    );
+    volumes
+        .delete(&volume.name_any(), &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// One line of `clairctl export-updaters` output (claircore's jsonblob format): a made-up
+/// vulnerability from a made-up updater.
+const EXPORT: &str = r#"{"Updater":"clair-operator-test","Fingerprint":"fp-1","Date":"2026-11-29T00:00:00Z","Ref":"6f1c3a52-8d2e-4b8f-9a51-2c0d4e7b9a10","Kind":"vulnerability","Vuln":{"updater":"clair-operator-test","name":"CVE-0000-0001","description":"made up for the operator's tests","issued":"2026-11-29T00:00:00Z","links":"","severity":"High","normalized_severity":"High","package":{"name":"openssl","version":"","kind":"binary"},"dist":{"did":"debian","name":"Debian GNU/Linux","version_id":"12"},"repo":{"name":""},"fixed_in_version":"3.0.99"}}
+"#;
+
+/// Serves `body` with 200 to every request on a loopback port; returns the URL.
+async fn serve(body: String) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/export.json", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    Ok(url)
+}
+
+/// A free loopback port.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn ready(port: u16) -> bool {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = "GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200")
+}
+
+pub async fn the_rendered_configs_run_real_clair_services_and_updaters(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let bin = tokio::task::spawn_blocking(clair_binaries).await??;
+    let client = env.client().await?;
+    let ns = env.namespace("clair-real").await?;
+    external_databases(env, &client, &ns).await?;
+    let webhook_port = free_port()?;
+    notifier_dropin(
+        &client,
+        &ns,
+        &format!("http://127.0.0.1:{webhook_port}/notify"),
+    )
+    .await?;
+    // Fetching vulnerability data needs the Internet, which tests do not use: the
+    // CronJob imports an export (one made-up vulnerability) from a loopback URL, the
+    // air-gapped set-up.
+    let export_url = serve(EXPORT.to_string()).await?;
+    let mut spec = external_spec();
+    spec["updaters"] =
+        json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": export_url}});
+    create_clair(&client, &ns, "clair", spec).await?;
+    wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+
+    // Each service's config snapshot: the exact file its pods are given.
+    let dir = tempfile::tempdir()?;
+    let log_dir = dir.path();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let ports: Vec<(u16, u16)> = (0..3)
+        .map(|_| Ok((free_port()?, free_port()?)))
+        .collect::<anyhow::Result<_>>()?;
+    let indexer_url = format!("http://127.0.0.1:{}", ports[0].0);
+    let matcher_url = format!("http://127.0.0.1:{}", ports[1].0);
+    let mut processes = Vec::new();
+    for (index, mode) in ["indexer", "matcher", "notifier"].iter().enumerate() {
+        let name = format!("clair-{mode}");
+        let hash = child_config_hash(&client, &ns, mode).await?;
+        let snapshot = secrets
+            .get(&format!("{name}-config-{}", &hash[..10]))
+            .await
+            .with_context(|| format!("{name}'s config snapshot"))?;
+        let mut config: Value = serde_json::from_str(&secret_text(&snapshot, "config.json")?)?;
+        // Only the addresses change: loopback ports instead of the pod's, loopback URLs
+        // instead of cluster DNS names. The connection strings, PSK and the rest are
+        // exactly what the operator rendered.
+        config["http_listen_addr"] = json!(format!("127.0.0.1:{}", ports[index].0));
+        config["introspection_addr"] = json!(format!("127.0.0.1:{}", ports[index].1));
+        for section in ["matcher", "notifier"] {
+            if config[section].get("indexer_addr").is_some() {
+                config[section]["indexer_addr"] = json!(indexer_url);
+            }
+        }
+        if config["notifier"].get("matcher_addr").is_some() {
+            config["notifier"]["matcher_addr"] = json!(matcher_url);
+        }
+        let path = dir.path().join(format!("{mode}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+        let mut command = Command::new(bin.join("clair"));
+        command.arg("-conf").arg(&path).arg("-mode").arg(mode);
+        processes.push(Process::spawn_command(
+            &format!("clair-{mode}"),
+            command,
+            log_dir,
+        )?);
+    }
+    for (index, mode) in ["indexer", "matcher", "notifier"].iter().enumerate() {
+        let introspection = ports[index].1;
+        let process = &mut processes[index];
+        let started = std::time::Instant::now();
+        loop {
+            if ready(introspection).await {
+                break;
+            }
+            if let Err(e) = process.check_running() {
+                bail!("clair in {mode} mode exited: {e}");
+            }
+            if started.elapsed() > LONG {
+                bail!(
+                    "clair in {mode} mode never answered /readyz; log:\n{}",
+                    process.tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    // The updater CronJob's command, with its projected config laid out as the pod sees it.
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &ns);
+    let cron = cronjobs.get("clair-updaters").await?;
+    let pod = cron
+        .spec
+        .and_then(|s| s.job_template.spec)
+        .and_then(|s| s.template.spec)
+        .context("the CronJob's pod")?;
+    let command = pod.containers[0].command.clone().context("command")?;
+    ensure!(command[0] == "/bin/sh" && command[1] == "-c", "{command:?}");
+    let config_dir = dir.path().join("config");
+    project_config(&client, &ns, &pod, &config_dir).await?;
+    let script = command[2].replace("/config/", &format!("{}/", config_dir.display()));
+    let output = tokio::process::Command::new("/bin/bash")
+        .arg("-c")
+        .arg(&script)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .await?;
+    ensure!(
+        output.status.success(),
+        "the updater command failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The made-up vulnerability is in the matcher's database.
+    let found = env.postgres.sql_in(
+        &format!("{}_matcher", ns.replace('-', "_")),
+        "SELECT name FROM vuln WHERE updater = 'clair-operator-test'",
+    )?;
+    ensure!(
+        found == "CVE-0000-0001",
+        "the import did not land: {found:?}"
+    );
+    drop(processes);
+    Ok(())
+}
+
+/// The running config hash of the Clair's service `mode`.
+async fn child_config_hash(client: &Client, ns: &str, mode: &str) -> anyhow::Result<String> {
+    let name = format!("clair-{mode}");
+    let hash = match mode {
+        "indexer" => Api::<Indexer>::namespaced(client.clone(), ns)
+            .get(&name)
+            .await?
+            .status
+            .and_then(|s| s.config_hash),
+        "matcher" => Api::<Matcher>::namespaced(client.clone(), ns)
+            .get(&name)
+            .await?
+            .status
+            .and_then(|s| s.config_hash),
+        _ => Api::<Notifier>::namespaced(client.clone(), ns)
+            .get(&name)
+            .await?
+            .status
+            .and_then(|s| s.config_hash),
+    };
+    hash.with_context(|| format!("{name} has no config hash"))
+}
+
+/// Writes the CronJob's projected config volume into `dir` as the kubelet would.
+async fn project_config(
+    client: &Client,
+    ns: &str,
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let volume = pod
+        .volumes
+        .as_ref()
+        .and_then(|v| v.iter().find(|v| v.name == "config"))
+        .and_then(|v| v.projected.clone())
+        .context("the projected config volume")?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for source in volume.sources.unwrap_or_default() {
+        if let Some(secret) = source.secret {
+            let object = secrets.get(&secret.name).await?;
+            for item in secret.items.unwrap_or_default() {
+                write(dir, &item.path, &secret_text(&object, &item.key)?)?;
+            }
+        }
+        if let Some(map) = source.config_map {
+            let object = maps.get(&map.name).await?;
+            for item in map.items.unwrap_or_default() {
+                let text = object
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(&item.key))
+                    .context("ConfigMap key")?;
+                write(dir, &item.path, text)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write(dir: &Path, path: &str, text: &str) -> anyhow::Result<()> {
+    let path = dir.join(path);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}
