@@ -178,19 +178,23 @@ pub enum Phase {
     Available,
     /// The replica count is moving (spec or autoscaler).
     Scaling,
+    /// A `Clair` moves to a new Clair version: `clairctl admin pre`, the services' roll,
+    /// then `clairctl admin post`. Services never enter it.
+    Upgrading,
     /// Something that was working is not: see the `Degraded` condition.
     Degraded,
 }
 
 impl Phase {
     /// Every phase, in the order of a healthy start.
-    pub const ALL: [Phase; 7] = [
+    pub const ALL: [Phase; 8] = [
         Phase::Pending,
         Phase::ConfigValid,
         Phase::DatabaseReady,
         Phase::Deploying,
         Phase::Available,
         Phase::Scaling,
+        Phase::Upgrading,
         Phase::Degraded,
     ];
 
@@ -203,6 +207,7 @@ impl Phase {
             Phase::Deploying => "Deploying",
             Phase::Available => "Available",
             Phase::Scaling => "Scaling",
+            Phase::Upgrading => "Upgrading",
             Phase::Degraded => "Degraded",
         }
     }

@@ -22,7 +22,7 @@ use super::apply::{apply_fresh, delete_unwanted};
 use super::capabilities::{OptionalApi, optional_api_changes};
 use super::database::{self, DatabaseState};
 use super::service::ServiceKind;
-use super::{Context, Error, FIELD_MANAGER, now, observe};
+use super::{Context, Error, FIELD_MANAGER, now, observe, upgrade};
 use crate::api::clair::{ChildStatus, RoutingKind};
 use crate::api::{Clair, ClairStatus, ConfigSource, Indexer, Matcher, Notifier, Phase};
 use crate::clairconfig::{self, Document, Mode};
@@ -30,7 +30,7 @@ use crate::database::budget;
 use crate::database::probe::ProbeOptions;
 use crate::machine::ApplyPlan;
 use crate::machine::clair::{
-    ChildObservation, ClairSnapshot, RoutingObservation, ServiceRole, decide,
+    ChildObservation, ClairSnapshot, RoutingObservation, ServiceRole, UpgradeObservation, decide,
 };
 use crate::machine::observation::ConfigObservation;
 use crate::render::clair::{self as render, ClairInput, ROOT_KEY};
@@ -189,20 +189,36 @@ fn notifier_delivery_missing(merged: &str) -> Option<String> {
     })
 }
 
+/// One service resource as observed.
+struct ObservedChild {
+    observation: ChildObservation,
+    status: Option<ChildStatus>,
+    /// Disabled, or Available (or Scaling) on the image the spec asks for.
+    settled_on_desired_image: bool,
+}
+
 /// Reads one service resource: absent, or present in the phase its status reports for its
 /// current generation (`None` until its controller has caught up).
 async fn observe_child<K: ServiceKind>(
     context: &Context,
     input: &ClairInput<'_>,
     role: ServiceRole,
-) -> Result<(ChildObservation, Option<ChildStatus>), Error> {
+) -> Result<ObservedChild, Error> {
     if !input.enabled(role) {
-        return Ok((ChildObservation::Disabled, None));
+        return Ok(ObservedChild {
+            observation: ChildObservation::Disabled,
+            status: None,
+            settled_on_desired_image: true,
+        });
     }
     let name = input.child_name(role);
     let api: Api<K> = Api::namespaced(context.client.clone(), input.namespace);
     let Some(child) = api.get_opt(&name).await? else {
-        return Ok((ChildObservation::Absent, None));
+        return Ok(ObservedChild {
+            observation: ChildObservation::Absent,
+            status: None,
+            settled_on_desired_image: false,
+        });
     };
     let status = child.service_status();
     let current = status.and_then(|s| s.observed_generation) == child.meta().generation;
@@ -213,10 +229,14 @@ async fn observe_child<K: ServiceKind>(
         ready_replicas: status.map_or(0, |s| s.ready_replicas),
         url: status.and_then(|s| s.url.clone()),
     };
-    Ok((
-        ChildObservation::Present { name, phase },
-        Some(child_status),
-    ))
+    let on_desired_image =
+        child.service_spec().image.as_deref() == Some(&input.service_image(role));
+    Ok(ObservedChild {
+        observation: ChildObservation::Present { name, phase },
+        status: Some(child_status),
+        settled_on_desired_image: on_desired_image
+            && matches!(phase, Some(Phase::Available | Phase::Scaling)),
+    })
 }
 
 /// The routing the spec asks for, as the cluster can serve it.
@@ -282,12 +302,23 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     };
     let root = render::root_config(&input, &database.connections, &psk);
     let config = observe_config(&context, &input, &root).await?;
-    let (indexer, indexer_status) =
-        observe_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
-    let (matcher, matcher_status) =
-        observe_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?;
-    let (notifier, notifier_status) =
-        observe_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?;
+    let children = [
+        observe_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?,
+        observe_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?,
+        observe_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?,
+    ];
+    let status = object.status.as_ref();
+    let running_version = status.and_then(|s| s.version.clone());
+    let desired_version = image_version(&input.image());
+    let upgrade = upgrade::observe(
+        &context,
+        &input,
+        running_version.as_deref(),
+        desired_version.as_deref(),
+        children.iter().all(|c| c.settled_on_desired_image),
+    )
+    .await?;
+    let [indexer, matcher, notifier] = children;
     let connections = budget::check(&database::demands(&input, &database), &database.limits);
     let (routing_kind, served) = observe_routing(&context, &input).await;
     let external_url = object.spec.routing.as_ref().and_then(routing::external_url);
@@ -307,17 +338,29 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         generation,
         config,
         database: database.observation.clone(),
-        children: [indexer, matcher, notifier],
+        children: [
+            indexer.observation,
+            matcher.observation,
+            notifier.observation,
+        ],
         connections,
         routing: routing_observation,
+        upgrade: upgrade.observation.clone(),
     };
 
     // Decide.
-    let status = object.status.as_ref();
     let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now());
 
     // Apply what the decision allows.
+    if decision.phase == Phase::Upgrading
+        && let Some(job) = &upgrade.job_to_create
+    {
+        upgrade::start_step(&context, &input, job).await?;
+    }
+    if upgrade.completed {
+        upgrade::clean_up(&context, &input, &uid).await?;
+    }
     if decision.apply == ApplyPlan::Everything {
         apply_fresh(&secrets, &render::config_secret(&input, &root)).await?;
         apply_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
@@ -359,20 +402,25 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     }
 
     // Status: one write, only when it changed.
-    let version = image_version(&input.image());
+    // The version the services run: the new one once an upgrade's post step is done, or
+    // whenever the services are applied with no upgrade under way.
+    let version = if upgrade.completed
+        || (upgrade.observation == UpgradeObservation::None
+            && decision.apply == ApplyPlan::Everything)
+    {
+        desired_version
+    } else {
+        running_version
+    };
     let new_status = ClairStatus {
         phase: Some(decision.phase),
         conditions: decision.conditions.clone(),
         observed_generation: Some(generation),
         config_secret: Some(input.config_secret_name()),
-        version: if decision.apply == ApplyPlan::Everything {
-            version
-        } else {
-            status.and_then(|s| s.version.clone())
-        },
-        indexer: indexer_status,
-        matcher: matcher_status,
-        notifier: notifier_status,
+        version,
+        indexer: indexer.status,
+        matcher: matcher.status,
+        notifier: notifier.status,
         url: external_url.filter(|_| routing_kind.as_ref().is_ok_and(|k| *k != RoutingKind::None)),
     };
     if status != Some(&new_status) {

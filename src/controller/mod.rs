@@ -9,6 +9,7 @@ pub mod database;
 pub mod observe;
 pub mod service;
 pub mod templates;
+pub mod upgrade;
 
 use std::sync::Arc;
 

@@ -71,6 +71,36 @@ pub struct ClairSnapshot {
     pub connections: Budget,
     /// The routing object. Reported only: it does not move the phase.
     pub routing: RoutingObservation,
+    /// A move to a new Clair version, when one is under way.
+    pub upgrade: UpgradeObservation,
+}
+
+/// The steps of a move from one Clair version to another: `clairctl admin pre` (a Job)
+/// before the services roll, the roll, then `clairctl admin post` once they are Available.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpgradeObservation {
+    /// No version change (or versions that cannot be read from the image tags).
+    None,
+    /// The pre-upgrade Job is created or running; the services keep the old version.
+    Preparing {
+        from: String,
+        to: String,
+        job: String,
+    },
+    /// The pre step is done; the services roll to the new version.
+    Rolling { from: String, to: String },
+    /// Every service runs the new version; the post-upgrade Job is created or running.
+    Finishing {
+        from: String,
+        to: String,
+        job: String,
+    },
+    /// A step's Job failed; the roll is stopped.
+    Failed {
+        from: String,
+        to: String,
+        job: String,
+    },
 }
 
 /// The routing object, as applied.
@@ -90,8 +120,12 @@ pub enum ClairClass {
     ConfigMissing,
     ConfigInvalid,
     DatabaseUnreachable,
+    UpgradeFailed,
+    UpgradePreparing,
     ServicesAbsent,
     ServiceDegraded,
+    UpgradeRolling,
+    UpgradeFinishing,
     ServicesDeploying,
     ServicesScaling,
     AllAvailable,
@@ -101,20 +135,27 @@ pub enum ClairClass {
 impl ObservationClass for ClairClass {
     const ALL: &'static [Self] = &[
         ClairClass::ConfigMissing, ClairClass::ConfigInvalid, ClairClass::DatabaseUnreachable,
-        ClairClass::ServicesAbsent, ClairClass::ServiceDegraded, ClairClass::ServicesDeploying,
-        ClairClass::ServicesScaling, ClairClass::AllAvailable,
+        ClairClass::UpgradeFailed, ClairClass::UpgradePreparing, ClairClass::ServicesAbsent,
+        ClairClass::ServiceDegraded, ClairClass::UpgradeRolling, ClairClass::UpgradeFinishing,
+        ClairClass::ServicesDeploying, ClairClass::ServicesScaling, ClairClass::AllAvailable,
     ];
 
-    const TABLE: &'static [(Self, [Phase; 7])] = &[
-        //                                from: Pending       ConfigValid    DatabaseReady  Deploying  Available  Scaling    Degraded
-        (ClairClass::ConfigMissing,       [Pending,       Pending,       Pending,       Degraded,  Degraded,  Degraded,  Degraded]),
-        (ClairClass::ConfigInvalid,       [Pending,       Pending,       Pending,       Degraded,  Degraded,  Degraded,  Degraded]),
-        (ClairClass::DatabaseUnreachable, [ConfigValid,   ConfigValid,   ConfigValid,   Degraded,  Degraded,  Degraded,  Degraded]),
-        (ClairClass::ServicesAbsent,      [DatabaseReady, DatabaseReady, DatabaseReady, Deploying, Degraded,  Degraded,  Degraded]),
-        (ClairClass::ServiceDegraded,     [Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded,  Degraded]),
-        (ClairClass::ServicesDeploying,   [Deploying,     Deploying,     Deploying,     Deploying, Deploying, Deploying, Deploying]),
-        (ClairClass::ServicesScaling,     [Deploying,     Deploying,     Deploying,     Deploying, Scaling,   Scaling,   Scaling]),
-        (ClairClass::AllAvailable,        [Available,     Available,     Available,     Available, Available, Available, Available]),
+    const PHASES: &'static [Phase] = &Phase::ALL;
+
+    const TABLE: &'static [(Self, &'static [Phase])] = &[
+        //                                 from: Pending       ConfigValid    DatabaseReady  Deploying  Available  Scaling    Upgrading  Degraded
+        (ClairClass::ConfigMissing,       &[Pending,       Pending,       Pending,       Degraded,  Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::ConfigInvalid,       &[Pending,       Pending,       Pending,       Degraded,  Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::DatabaseUnreachable, &[ConfigValid,   ConfigValid,   ConfigValid,   Degraded,  Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::UpgradeFailed,       &[Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::UpgradePreparing,    &[Upgrading,     Upgrading,     Upgrading,     Upgrading, Upgrading, Upgrading, Upgrading, Upgrading]),
+        (ClairClass::ServicesAbsent,      &[DatabaseReady, DatabaseReady, DatabaseReady, Deploying, Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::ServiceDegraded,     &[Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded,  Degraded,  Degraded]),
+        (ClairClass::UpgradeRolling,      &[Upgrading,     Upgrading,     Upgrading,     Upgrading, Upgrading, Upgrading, Upgrading, Upgrading]),
+        (ClairClass::UpgradeFinishing,    &[Upgrading,     Upgrading,     Upgrading,     Upgrading, Upgrading, Upgrading, Upgrading, Upgrading]),
+        (ClairClass::ServicesDeploying,   &[Deploying,     Deploying,     Deploying,     Deploying, Deploying, Deploying, Deploying, Deploying]),
+        (ClairClass::ServicesScaling,     &[Deploying,     Deploying,     Deploying,     Deploying, Scaling,   Scaling,   Scaling,   Scaling]),
+        (ClairClass::AllAvailable,        &[Available,     Available,     Available,     Available, Available, Available, Available, Available]),
     ];
 
     fn name(self) -> &'static str {
@@ -122,8 +163,12 @@ impl ObservationClass for ClairClass {
             ClairClass::ConfigMissing => "ConfigMissing",
             ClairClass::ConfigInvalid => "ConfigInvalid",
             ClairClass::DatabaseUnreachable => "DatabaseUnreachable",
+            ClairClass::UpgradeFailed => "UpgradeFailed",
+            ClairClass::UpgradePreparing => "UpgradePreparing",
             ClairClass::ServicesAbsent => "ServicesAbsent",
             ClairClass::ServiceDegraded => "ServiceDegraded",
+            ClairClass::UpgradeRolling => "UpgradeRolling",
+            ClairClass::UpgradeFinishing => "UpgradeFinishing",
             ClairClass::ServicesDeploying => "ServicesDeploying",
             ClairClass::ServicesScaling => "ServicesScaling",
             ClairClass::AllAvailable => "AllAvailable",
@@ -146,8 +191,20 @@ pub fn classify(snapshot: &ClairSnapshot) -> ClairClass {
         (ConfigObservation::Missing { .. }, _) => ClairClass::ConfigMissing,
         (ConfigObservation::Invalid { .. }, _) => ClairClass::ConfigInvalid,
         (_, DatabaseObservation::Unreachable { .. }) => ClairClass::DatabaseUnreachable,
+        _ if matches!(snapshot.upgrade, UpgradeObservation::Failed { .. }) => {
+            ClairClass::UpgradeFailed
+        }
+        _ if matches!(snapshot.upgrade, UpgradeObservation::Preparing { .. }) => {
+            ClairClass::UpgradePreparing
+        }
         _ if snapshot.children.contains(&ChildObservation::Absent) => ClairClass::ServicesAbsent,
         _ if any(&[Degraded]) => ClairClass::ServiceDegraded,
+        _ if matches!(snapshot.upgrade, UpgradeObservation::Rolling { .. }) => {
+            ClairClass::UpgradeRolling
+        }
+        _ if matches!(snapshot.upgrade, UpgradeObservation::Finishing { .. }) => {
+            ClairClass::UpgradeFinishing
+        }
         _ if any(&[Pending, ConfigValid, DatabaseReady, Deploying]) => {
             ClairClass::ServicesDeploying
         }
@@ -172,7 +229,11 @@ pub fn decide(
         class,
         ClairClass::ConfigMissing | ClairClass::ConfigInvalid | ClairClass::DatabaseUnreachable
     );
-    let apply = ApplyPlan::after(held_back, to);
+    // A failed or unfinished pre-upgrade step holds the services at the version they run.
+    let apply = match class {
+        ClairClass::UpgradeFailed | ClairClass::UpgradePreparing => ApplyPlan::KeepWorkload,
+        _ => ApplyPlan::after(held_back, to),
+    };
     conclude(from, to, apply, &wanted, previous, snapshot.generation, now)
 }
 
@@ -230,12 +291,23 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
     let holding = children.iter().find(|c| c.status == Status::False);
     let holding_message = holding.map_or("every service is available", |c| strip_link(&c.message));
 
+    let upgrade = upgrade_condition(&s.upgrade);
     let progressing = if class == ClairClass::ServicesDeploying {
         ConditionSpec::new(
             T::Progressing,
             Status::True,
             Reason::RolloutInProgress,
             holding_message,
+        )
+    } else if matches!(
+        class,
+        ClairClass::UpgradePreparing | ClairClass::UpgradeRolling | ClairClass::UpgradeFinishing
+    ) {
+        ConditionSpec::new(
+            T::Progressing,
+            Status::True,
+            upgrade.reason,
+            strip_link(&upgrade.message),
         )
     } else {
         ConditionSpec::new(
@@ -287,6 +359,12 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
             holding_message.to_string(),
         ),
         ClairClass::ServiceDegraded => (Reason::ServiceDegraded, holding_message.to_string()),
+        ClairClass::UpgradeFailed
+        | ClairClass::UpgradePreparing
+        | ClairClass::UpgradeRolling
+        | ClairClass::UpgradeFinishing => {
+            (upgrade.reason, strip_link(&upgrade.message).to_string())
+        }
         ClairClass::ServicesDeploying => (Reason::ServiceNotReady, holding_message.to_string()),
         ClairClass::ServicesScaling => (
             Reason::ReplicasChanging,
@@ -325,6 +403,8 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
             Reason::ReplicasChanging,
             blocking_message,
         ),
+        // The services serve on throughout: the old version until each pod rolls.
+        Upgrading => ConditionSpec::new(T::Ready, Status::True, blocking, blocking_message),
         Degraded => ConditionSpec::new(T::Ready, Status::False, blocking, blocking_message),
         _ => ConditionSpec::new(
             T::Ready,
@@ -337,7 +417,47 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
     all.extend(children);
     all.push(connections_condition(&s.connections));
     all.push(routing_condition(&s.routing));
+    all.push(upgrade);
     all
+}
+
+fn upgrade_condition(upgrade: &UpgradeObservation) -> ConditionSpec {
+    match upgrade {
+        UpgradeObservation::None => ConditionSpec::new(
+            T::Upgrading,
+            Status::False,
+            Reason::NoUpgrade,
+            "the services run the Clair version of the image",
+        ),
+        UpgradeObservation::Preparing { from, to, job } => ConditionSpec::new(
+            T::Upgrading,
+            Status::True,
+            Reason::UpgradePreparing,
+            format!(
+                "{from} → {to}: clairctl admin pre {to} (Job {job}); the services keep {from} until it completes"
+            ),
+        ),
+        UpgradeObservation::Rolling { from, to } => ConditionSpec::new(
+            T::Upgrading,
+            Status::True,
+            Reason::UpgradeRolling,
+            format!("{from} → {to}: the services roll to {to}"),
+        ),
+        UpgradeObservation::Finishing { from, to, job } => ConditionSpec::new(
+            T::Upgrading,
+            Status::True,
+            Reason::UpgradeFinishing,
+            format!("{from} → {to}: clairctl admin post {to} (Job {job})"),
+        ),
+        UpgradeObservation::Failed { from, to, job } => ConditionSpec::new(
+            T::Upgrading,
+            Status::False,
+            Reason::UpgradeFailed,
+            format!(
+                "{from} → {to}: Job {job} failed and the roll is stopped: kubectl logs job/{job}"
+            ),
+        ),
+    }
 }
 
 fn connections_condition(budget: &Budget) -> ConditionSpec {

@@ -19,6 +19,7 @@ pub enum ConditionType {
     NotifierReady,
     ConnectionsFit,
     RoutingReady,
+    Upgrading,
 }
 
 impl ConditionType {
@@ -35,6 +36,7 @@ impl ConditionType {
             ConditionType::NotifierReady => "NotifierReady",
             ConditionType::ConnectionsFit => "ConnectionsFit",
             ConditionType::RoutingReady => "RoutingReady",
+            ConditionType::Upgrading => "Upgrading",
         }
     }
 }
@@ -64,6 +66,12 @@ pub enum Reason {
     RoutingApplied,
     RoutingDisabled,
     RoutingUnsupported,
+    // Upgrading (Clair)
+    NoUpgrade,
+    UpgradePreparing,
+    UpgradeRolling,
+    UpgradeFinishing,
+    UpgradeFailed,
     // Progressing
     RolloutInProgress,
     RolloutComplete,
@@ -87,7 +95,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 33] = [
+    pub const ALL: [Reason; 38] = [
         Reason::ConfigAccepted,
         Reason::ConfigMissing,
         Reason::ConfigInvalid,
@@ -105,6 +113,11 @@ impl Reason {
         Reason::RoutingApplied,
         Reason::RoutingDisabled,
         Reason::RoutingUnsupported,
+        Reason::NoUpgrade,
+        Reason::UpgradePreparing,
+        Reason::UpgradeRolling,
+        Reason::UpgradeFinishing,
+        Reason::UpgradeFailed,
         Reason::RolloutInProgress,
         Reason::RolloutComplete,
         Reason::ProgressDeadlineExceeded,
@@ -142,6 +155,11 @@ impl Reason {
             Reason::RoutingApplied => "RoutingApplied",
             Reason::RoutingDisabled => "RoutingDisabled",
             Reason::RoutingUnsupported => "RoutingUnsupported",
+            Reason::NoUpgrade => "NoUpgrade",
+            Reason::UpgradePreparing => "UpgradePreparing",
+            Reason::UpgradeRolling => "UpgradeRolling",
+            Reason::UpgradeFinishing => "UpgradeFinishing",
+            Reason::UpgradeFailed => "UpgradeFailed",
             Reason::RolloutInProgress => "RolloutInProgress",
             Reason::RolloutComplete => "RolloutComplete",
             Reason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
@@ -188,13 +206,18 @@ impl Reason {
             | Reason::ConnectionsUnknown
             | Reason::RoutingApplied
             | Reason::RoutingDisabled
-            | Reason::RoutingUnsupported => Phase::Available,
+            | Reason::RoutingUnsupported
+            | Reason::NoUpgrade => Phase::Available,
+            Reason::UpgradePreparing | Reason::UpgradeRolling | Reason::UpgradeFinishing => {
+                Phase::Upgrading
+            }
             Reason::ReplicasChanging => Phase::Scaling,
             Reason::ProgressDeadlineExceeded
             | Reason::BelowMinimumAvailable
             | Reason::WorkloadMissing
             | Reason::ServiceDegraded
-            | Reason::ServiceNotReady => Phase::Degraded,
+            | Reason::ServiceNotReady
+            | Reason::UpgradeFailed => Phase::Degraded,
         }
     }
 

@@ -14,7 +14,7 @@ use crate::generated::{self, GeneratedFile};
 /// observation that take it. Staying in a phase is not drawn.
 pub fn mermaid<C: ObservationClass>() -> String {
     let mut edges: BTreeMap<(usize, usize), Vec<&'static str>> = BTreeMap::new();
-    let index = |p: Phase| Phase::ALL.iter().position(|q| *q == p).unwrap_or(0);
+    let index = |p: Phase| C::PHASES.iter().position(|q| *q == p).unwrap_or(0);
     for (from, class, to) in transitions::<C>() {
         if from != to {
             edges
@@ -27,8 +27,8 @@ pub fn mermaid<C: ObservationClass>() -> String {
     for ((from, to), classes) in edges {
         text.push_str(&format!(
             "    {} --> {}: {}\n",
-            Phase::ALL[from],
-            Phase::ALL[to],
+            C::PHASES[from],
+            C::PHASES[to],
             classes.join(", ")
         ));
     }
@@ -88,7 +88,7 @@ mod tests {
     #[test]
     fn every_phase_but_none_is_drawn_and_edges_carry_classes() {
         let text = mermaid::<ServiceClass>();
-        for phase in Phase::ALL {
+        for phase in ServiceClass::PHASES {
             assert!(
                 text.contains(&format!(" {phase} ")) || text.contains(&format!(" {phase}\n")),
                 "{phase} missing:\n{text}"

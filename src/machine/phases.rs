@@ -58,6 +58,11 @@ impl<C: ObservationClass> PhaseMachine<C> {
     }
 
     #[state]
+    fn upgrading(event: &C) -> Outcome<State> {
+        step(Phase::Upgrading, *event)
+    }
+
+    #[state]
     fn degraded(event: &C) -> Outcome<State> {
         step(Phase::Degraded, *event)
     }
@@ -80,6 +85,7 @@ fn state_of(phase: Phase) -> State {
         Phase::Deploying => State::Deploying {},
         Phase::Available => State::Available {},
         Phase::Scaling => State::Scaling {},
+        Phase::Upgrading => State::Upgrading {},
         Phase::Degraded => State::Degraded {},
     }
 }
@@ -92,6 +98,7 @@ pub(super) fn phase_of(state: &State) -> Phase {
         State::Deploying {} => Phase::Deploying,
         State::Available {} => Phase::Available,
         State::Scaling {} => Phase::Scaling,
+        State::Upgrading {} => Phase::Upgrading,
         State::Degraded {} => Phase::Degraded,
     }
 }

@@ -106,18 +106,22 @@ impl ObservationClass for ServiceClass {
     // Before a workload ever ran (Pending, ConfigValid, DatabaseReady) a problem holds the
     // service back; once it runs, the same problem degrades it and the last good config
     // keeps serving.
-    const TABLE: &'static [(Self, [Phase; 7])] = &[
+    const PHASES: &'static [Phase] = &[
+        Pending, ConfigValid, DatabaseReady, Deploying, Available, Scaling, Degraded,
+    ];
+
+    const TABLE: &'static [(Self, &'static [Phase])] = &[
         //                                 from: Pending       ConfigValid    DatabaseReady  Deploying      Available  Scaling    Degraded
-        (ServiceClass::ConfigMissing,       [Pending,      Pending,       Pending,       Degraded,      Degraded,  Degraded,  Degraded]),
-        (ServiceClass::ConfigInvalid,       [Pending,      Pending,       Pending,       Degraded,      Degraded,  Degraded,  Degraded]),
-        (ServiceClass::DatabaseUnreachable, [ConfigValid,  ConfigValid,   ConfigValid,   Degraded,      Degraded,  Degraded,  Degraded]),
-        (ServiceClass::WorkloadAbsent,      [DatabaseReady, DatabaseReady, DatabaseReady, Deploying,    Degraded,  Degraded,  Degraded]),
-        (ServiceClass::RolloutFailed,       [Degraded,     Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded]),
-        (ServiceClass::RolloutProgressing,  [Deploying,    Deploying,     Deploying,     Deploying,     Deploying, Deploying, Deploying]),
-        (ServiceClass::BelowMinimum,        [Degraded,     Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded]),
-        (ServiceClass::ShortOfMinimum,      [Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Degraded]),
-        (ServiceClass::ReplicasMoving,      [Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Scaling]),
-        (ServiceClass::Settled,             [Available,    Available,     Available,     Available,     Available, Available, Available]),
+        (ServiceClass::ConfigMissing,       &[Pending,      Pending,       Pending,       Degraded,      Degraded,  Degraded,  Degraded]),
+        (ServiceClass::ConfigInvalid,       &[Pending,      Pending,       Pending,       Degraded,      Degraded,  Degraded,  Degraded]),
+        (ServiceClass::DatabaseUnreachable, &[ConfigValid,  ConfigValid,   ConfigValid,   Degraded,      Degraded,  Degraded,  Degraded]),
+        (ServiceClass::WorkloadAbsent,      &[DatabaseReady, DatabaseReady, DatabaseReady, Deploying,    Degraded,  Degraded,  Degraded]),
+        (ServiceClass::RolloutFailed,       &[Degraded,     Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded]),
+        (ServiceClass::RolloutProgressing,  &[Deploying,    Deploying,     Deploying,     Deploying,     Deploying, Deploying, Deploying]),
+        (ServiceClass::BelowMinimum,        &[Degraded,     Degraded,      Degraded,      Degraded,      Degraded,  Degraded,  Degraded]),
+        (ServiceClass::ShortOfMinimum,      &[Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Degraded]),
+        (ServiceClass::ReplicasMoving,      &[Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Scaling]),
+        (ServiceClass::Settled,             &[Available,    Available,     Available,     Available,     Available, Available, Available]),
     ];
 
     fn name(self) -> &'static str {

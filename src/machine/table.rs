@@ -10,20 +10,23 @@ use crate::api::Phase;
 pub trait ObservationClass: Copy + Eq + Debug + 'static {
     /// Every class, in priority order (the first that matches a snapshot wins).
     const ALL: &'static [Self];
+    /// The phases of this family, in the order of the table's columns (a `Clair` has
+    /// `Upgrading`, a service does not).
+    const PHASES: &'static [Phase];
     /// Rows of the table: the class, then the target phase from each phase in
-    /// [`Phase::ALL`] order.
-    const TABLE: &'static [(Self, [Phase; 7])];
+    /// [`ObservationClass::PHASES`] order.
+    const TABLE: &'static [(Self, &'static [Phase])];
     /// The name on diagram edges.
     fn name(self) -> &'static str;
 }
 
 /// The phase that `class` leads to from `from`.
 pub fn next<C: ObservationClass>(from: Phase, class: C) -> Phase {
-    let column = Phase::ALL.iter().position(|p| *p == from).unwrap_or(0);
+    let column = C::PHASES.iter().position(|p| *p == from).unwrap_or(0);
     C::TABLE
         .iter()
         .find(|(c, _)| *c == class)
-        .map(|(_, targets)| targets[column])
+        .and_then(|(_, targets)| targets.get(column).copied())
         // Unreachable: a test checks that every class has its row.
         .unwrap_or(from)
 }
@@ -33,9 +36,9 @@ pub fn transitions<C: ObservationClass>() -> Vec<(Phase, C, Phase)> {
     C::TABLE
         .iter()
         .flat_map(|(class, targets)| {
-            Phase::ALL
+            C::PHASES
                 .iter()
-                .zip(targets)
+                .zip(targets.iter())
                 .map(move |(from, to)| (*from, *class, *to))
         })
         .collect()

@@ -8,7 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 
-use super::clair::{self, ChildObservation, ClairClass, ClairSnapshot, RoutingObservation};
+use super::clair::{
+    self, ChildObservation, ClairClass, ClairSnapshot, RoutingObservation, UpgradeObservation,
+};
 use super::observation::{ConfigObservation, DatabaseObservation};
 use super::phases::{advance, rehydrate};
 use super::service::{self, Replicas, Rollout, ServiceClass, ServiceSnapshot, Workload};
@@ -149,9 +151,36 @@ fn clair_example(class: ClairClass) -> ClairSnapshot {
             message: "db: 12 of 197".into(),
         },
         routing: RoutingObservation::Disabled,
+        upgrade: UpgradeObservation::None,
     };
     let reachable = DatabaseObservation::Reachable;
+    let upgrading = |upgrade: UpgradeObservation, children| ClairSnapshot {
+        upgrade,
+        ..snapshot(valid(), DatabaseObservation::Reachable, children)
+    };
+    let (from, to, job) = (
+        "v4.8.0".to_string(),
+        "v4.9.0".to_string(),
+        "clair-pre".to_string(),
+    );
     match class {
+        ClairClass::UpgradeFailed => {
+            upgrading(UpgradeObservation::Failed { from, to, job }, available())
+        }
+        ClairClass::UpgradePreparing => {
+            upgrading(UpgradeObservation::Preparing { from, to, job }, available())
+        }
+        ClairClass::UpgradeRolling => upgrading(
+            UpgradeObservation::Rolling { from, to },
+            [
+                child(Phase::Deploying),
+                child(Phase::Available),
+                ChildObservation::Disabled,
+            ],
+        ),
+        ClairClass::UpgradeFinishing => {
+            upgrading(UpgradeObservation::Finishing { from, to, job }, available())
+        }
         ClairClass::ConfigMissing => snapshot(
             ConfigObservation::Missing {
                 what: "Secret extra-config".into(),
@@ -223,7 +252,18 @@ fn table_is_complete<C: ObservationClass + std::hash::Hash>() {
         C::ALL.iter().copied().collect(),
         "every class has exactly one row"
     );
-    assert_eq!(transitions::<C>().len(), Phase::ALL.len() * C::ALL.len());
+    assert_eq!(transitions::<C>().len(), C::PHASES.len() * C::ALL.len());
+    for (class, targets) in C::TABLE {
+        assert_eq!(
+            targets.len(),
+            C::PHASES.len(),
+            "{class:?}: one target per phase"
+        );
+        assert!(
+            targets.iter().all(|t| C::PHASES.contains(t)),
+            "{class:?} leads out of the family's phases"
+        );
+    }
 }
 
 #[test]
@@ -272,7 +312,7 @@ fn every_phase_and_class_of_a_service_decides_as_the_table_says() {
     for class in ServiceClass::ALL {
         let snapshot = service_example(*class);
         assert_eq!(service::classify(&snapshot), *class, "example of {class:?}");
-        for from in Phase::ALL {
+        for from in ServiceClass::PHASES.iter().copied() {
             let decision = service::decide(Some(from), &[], &snapshot, &at(0));
             let to = next(from, *class);
             assert_eq!(decision.phase, to, "{from} on {class:?}");
@@ -300,14 +340,14 @@ fn every_phase_and_class_of_a_clair_decides_as_the_table_says() {
     for class in ClairClass::ALL {
         let snapshot = clair_example(*class);
         assert_eq!(clair::classify(&snapshot), *class, "example of {class:?}");
-        for from in Phase::ALL {
+        for from in ClairClass::PHASES.iter().copied() {
             let decision = clair::decide(Some(from), &[], &snapshot, &at(0));
             assert_eq!(decision.phase, next(from, *class), "{from} on {class:?}");
             assert_consistent(&decision, &snapshot.config, &snapshot.database);
             assert_eq!(
                 decision.conditions.len(),
-                11,
-                "six conditions, one per service, ConnectionsFit and RoutingReady"
+                12,
+                "six conditions, one per service, ConnectionsFit, RoutingReady and Upgrading"
             );
         }
     }
@@ -405,9 +445,10 @@ fn assert_consistent(
         );
         assert_eq!(status(decision, "ConfigValid"), "True");
     }
+    // Serving: steady, scaling, or upgrading (the old version serves until each pod rolls).
     assert_eq!(
         status(decision, "Ready") == "True",
-        matches!(phase, Phase::Available | Phase::Scaling),
+        matches!(phase, Phase::Available | Phase::Scaling | Phase::Upgrading),
         "Ready in {phase}"
     );
     assert_eq!(
@@ -548,11 +589,35 @@ fn clair_snapshot_strategy() -> impl Strategy<Value = ClairSnapshot> {
     let child = prop_oneof![
         Just(ChildObservation::Disabled),
         Just(ChildObservation::Absent),
-        (proptest::option::of(proptest::sample::select(Phase::ALL.to_vec()))).prop_map(|phase| {
-            ChildObservation::Present {
-                name: "child".into(),
-                phase,
+        (proptest::option::of(proptest::sample::select(ServiceClass::PHASES.to_vec()))).prop_map(
+            |phase| {
+                ChildObservation::Present {
+                    name: "child".into(),
+                    phase,
+                }
             }
+        ),
+    ];
+    let upgrade = prop_oneof![
+        Just(UpgradeObservation::None),
+        Just(UpgradeObservation::Preparing {
+            from: "v4.8.0".into(),
+            to: "v4.9.0".into(),
+            job: "pre".into()
+        }),
+        Just(UpgradeObservation::Rolling {
+            from: "v4.8.0".into(),
+            to: "v4.9.0".into()
+        }),
+        Just(UpgradeObservation::Finishing {
+            from: "v4.8.0".into(),
+            to: "v4.9.0".into(),
+            job: "post".into()
+        }),
+        Just(UpgradeObservation::Failed {
+            from: "v4.8.0".into(),
+            to: "v4.9.0".into(),
+            job: "pre".into()
         }),
     ];
     (
@@ -560,19 +625,23 @@ fn clair_snapshot_strategy() -> impl Strategy<Value = ClairSnapshot> {
         config_strategy(),
         database_strategy(),
         [child.clone(), child.clone(), child],
+        upgrade,
     )
-        .prop_map(|(generation, config, database, children)| ClairSnapshot {
-            generation,
-            config,
-            database,
-            children,
-            connections: Budget::Unknown {
-                message: "db: not known yet".into(),
+        .prop_map(
+            |(generation, config, database, children, upgrade)| ClairSnapshot {
+                generation,
+                config,
+                database,
+                children,
+                connections: Budget::Unknown {
+                    message: "db: not known yet".into(),
+                },
+                routing: RoutingObservation::Unsupported {
+                    message: "no Route API".into(),
+                },
+                upgrade,
             },
-            routing: RoutingObservation::Unsupported {
-                message: "no Route API".into(),
-            },
-        })
+        )
 }
 
 /// `lastTransitionTime` moves exactly when a condition's status changes.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, Container, KeyToPath, PersistentVolumeClaimVolumeSource, PodSpec,
     PodTemplateSpec, ProjectedVolumeSource, Secret, SecretProjection, Volume, VolumeMount,
@@ -79,6 +79,13 @@ impl ClairInput<'_> {
             .image
             .clone()
             .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+    }
+
+    /// The image of one service: its own override, else `spec.image`.
+    pub fn service_image(&self, role: ServiceRole) -> String {
+        self.overrides(role)
+            .and_then(|o| o.image.clone())
+            .unwrap_or_else(|| self.image())
     }
 
     pub fn updater_mode(&self) -> UpdaterMode {
@@ -218,7 +225,7 @@ pub fn child_config(input: &ClairInput) -> ConfigSpec {
 pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceRole) -> K {
     let overrides = input.overrides(role).cloned().unwrap_or_default();
     let spec = ServiceSpec {
-        image: Some(overrides.image.unwrap_or_else(|| input.image())),
+        image: Some(input.service_image(role)),
         config: child_config(input),
         replicas: overrides.replicas.unwrap_or(1),
         autoscaling: overrides.autoscaling,
@@ -310,48 +317,46 @@ fn cron_config_volume(input: &ClairInput) -> Volume {
     }
 }
 
-/// The updater CronJob, when `spec.updaters.mode` is `CronJob`.
-pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
-    let updaters = input.spec.updaters.as_ref()?;
-    if input.updater_mode() != UpdaterMode::CronJob {
-        return None;
-    }
-    let mut volumes = vec![cron_config_volume(input)];
-    let mut mounts = vec![VolumeMount {
-        name: "config".to_string(),
-        mount_path: CRON_CONFIG_DIR.to_string(),
-        read_only: Some(true),
-        ..Default::default()
-    }];
-    if let Some(claim) = updaters
-        .import
-        .as_ref()
-        .and_then(|i| i.persistent_volume_claim.as_ref())
-    {
-        volumes.push(Volume {
-            name: "import".to_string(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim.claim_name.clone(),
-                read_only: Some(true),
-            }),
+/// A pod running `clairctl` with the config the services get (generated root and the
+/// user's drop-ins), a scratch `/tmp`, and `extra` volumes mounted at their paths.
+fn clairctl_pod(
+    input: &ClairInput,
+    name: &str,
+    command: Vec<String>,
+    resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+    extra: Vec<(Volume, VolumeMount)>,
+    restart_policy: &str,
+) -> PodSpec {
+    let mut volumes = vec![
+        cron_config_volume(input),
+        Volume {
+            name: "tmp".to_string(),
+            empty_dir: Some(Default::default()),
             ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: "import".to_string(),
-            mount_path: IMPORT_DIR.to_string(),
+        },
+    ];
+    let mut mounts = vec![
+        VolumeMount {
+            name: "config".to_string(),
+            mount_path: CRON_CONFIG_DIR.to_string(),
             read_only: Some(true),
             ..Default::default()
-        });
+        },
+        VolumeMount {
+            name: "tmp".to_string(),
+            mount_path: "/tmp".to_string(),
+            ..Default::default()
+        },
+    ];
+    for (volume, mount) in extra {
+        volumes.push(volume);
+        mounts.push(mount);
     }
     let container = Container {
-        name: "updaters".to_string(),
+        name: name.to_string(),
         image: Some(input.image()),
-        command: Some(vec![
-            "/bin/sh".to_string(),
-            "-c".to_string(),
-            updater_command(input),
-        ]),
-        resources: updaters.resources.clone(),
+        command: Some(command),
+        resources,
         volume_mounts: Some(mounts),
         // clairctl writes its scratch files under $TMPDIR.
         env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
@@ -361,19 +366,56 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
         }]),
         ..restricted_container()
     };
-    volumes.push(Volume {
-        name: "tmp".to_string(),
-        empty_dir: Some(Default::default()),
-        ..Default::default()
-    });
-    let mut container = container;
-    if let Some(mounts) = container.volume_mounts.as_mut() {
-        mounts.push(VolumeMount {
-            name: "tmp".to_string(),
-            mount_path: "/tmp".to_string(),
-            ..Default::default()
-        });
+    PodSpec {
+        restart_policy: Some(restart_policy.to_string()),
+        containers: vec![container],
+        volumes: Some(volumes),
+        ..restricted_pod()
     }
+}
+
+/// The updater CronJob, when `spec.updaters.mode` is `CronJob`.
+pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
+    let updaters = input.spec.updaters.as_ref()?;
+    if input.updater_mode() != UpdaterMode::CronJob {
+        return None;
+    }
+    let mut extra = Vec::new();
+    if let Some(claim) = updaters
+        .import
+        .as_ref()
+        .and_then(|i| i.persistent_volume_claim.as_ref())
+    {
+        extra.push((
+            Volume {
+                name: "import".to_string(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.claim_name.clone(),
+                    read_only: Some(true),
+                }),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "import".to_string(),
+                mount_path: IMPORT_DIR.to_string(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+        ));
+    }
+    let command = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        updater_command(input),
+    ];
+    let pod = clairctl_pod(
+        input,
+        "updaters",
+        command,
+        updaters.resources.clone(),
+        extra,
+        "OnFailure",
+    );
     let labels = labels::all(input.name, "updaters");
     Some(CronJob {
         metadata: input.metadata(input.cronjob_name(), "updaters"),
@@ -397,12 +439,7 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
                             labels: Some(labels),
                             ..Default::default()
                         }),
-                        spec: Some(PodSpec {
-                            restart_policy: Some("OnFailure".to_string()),
-                            containers: vec![container],
-                            volumes: Some(volumes),
-                            ..restricted_pod()
-                        }),
+                        spec: Some(pod),
                     },
                     ..Default::default()
                 }),
@@ -411,6 +448,81 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
         }),
         ..Default::default()
     })
+}
+
+/// An upgrade step, `pre` or `post`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpgradeStep {
+    Pre,
+    Post,
+}
+
+impl UpgradeStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeStep::Pre => "pre",
+            UpgradeStep::Post => "post",
+        }
+    }
+}
+
+/// `NAME-upgrade-pre-v4-9-0`: one Job per step and target version.
+pub fn upgrade_job_name(input: &ClairInput, step: UpgradeStep, version: &str) -> String {
+    let version: String = version
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let name = format!("{}-upgrade-{}-{version}", input.name, step.as_str());
+    // A Job's name goes into its pods' labels: 63 characters at most.
+    name.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
+}
+
+/// The Job running `clairctl admin pre|post VERSION` with the new image and the services'
+/// config.
+pub fn upgrade_job(input: &ClairInput, step: UpgradeStep, version: &str) -> Job {
+    let command = [
+        "clairctl",
+        "--config",
+        &format!("{CRON_CONFIG_DIR}/{ROOT_KEY}"),
+        "admin",
+        step.as_str(),
+        version,
+    ]
+    .map(String::from)
+    .to_vec();
+    let labels = labels::all(input.name, "upgrade");
+    Job {
+        metadata: input.metadata(upgrade_job_name(input, step, version), "upgrade"),
+        spec: Some(JobSpec {
+            backoff_limit: Some(2),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(clairctl_pod(
+                    input,
+                    "upgrade",
+                    command,
+                    None,
+                    Vec::new(),
+                    "Never",
+                )),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -525,6 +637,39 @@ mod tests {
             updater_command(&input),
             r"clairctl --config /config/config.yaml import-updaters '/import/it'\''s/updates.json.zst'"
         );
+    }
+
+    #[test]
+    fn upgrade_jobs_run_clairctl_admin_with_the_new_image() {
+        let mut spec = spec();
+        spec.image = Some("quay.io/projectquay/clair:4.9.0".into());
+        let input = input(&spec);
+        let job = upgrade_job(&input, UpgradeStep::Pre, "v4.9.0");
+        assert_eq!(
+            job.metadata.name.as_deref(),
+            Some("clair-upgrade-pre-v4-9-0")
+        );
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(
+            pod.containers[0].command.as_ref().unwrap(),
+            &[
+                "clairctl",
+                "--config",
+                "/config/config.yaml",
+                "admin",
+                "pre",
+                "v4.9.0"
+            ]
+        );
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("quay.io/projectquay/clair:4.9.0")
+        );
+        let long = ClairInput {
+            name: &"x".repeat(60),
+            ..input
+        };
+        assert!(upgrade_job_name(&long, UpgradeStep::Post, "v4.9.0").len() <= 63);
     }
 
     #[test]

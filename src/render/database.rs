@@ -77,7 +77,7 @@ pub fn engines(input: &ClairInput, managed: &ManagedDatabase) -> Vec<Engine> {
 }
 
 /// The engine serving `role`.
-pub fn engine_of<'a>(engines: &'a [Engine], role: ServiceRole) -> Option<&'a Engine> {
+pub fn engine_of(engines: &[Engine], role: ServiceRole) -> Option<&Engine> {
     engines.iter().find(|e| e.roles.contains(&role))
 }
 

@@ -238,11 +238,13 @@ mod tests {
 
     #[test]
     fn ingress_routes_each_service_by_its_path() {
-        let mut spec = ClairSpec::default();
-        spec.notifier = Some(NotifierOverrides {
-            enabled: Some(false),
+        let spec = ClairSpec {
+            notifier: Some(NotifierOverrides {
+                enabled: Some(false),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         let r = routing(RoutingKind::Ingress);
         let ingress = ingress(&input(&spec), &r);
         let spec = ingress.spec.unwrap();
