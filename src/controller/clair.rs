@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -54,6 +54,7 @@ pub async fn run(
         .owns(Api::<Notifier>::all(client.clone()), owned.clone())
         .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
         .owns(Api::<CronJob>::all(client.clone()), owned.clone())
+        .owns(Api::<Job>::all(client.clone()), owned.clone())
         .owns(Api::<Ingress>::all(client.clone()), owned)
         .watches(
             Api::<ConfigMap>::all(client.clone()),
@@ -254,12 +255,18 @@ async fn observe_routing(
     )
 }
 
-async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
     let client = &context.client;
-    let namespace = object
+    let namespace = cached
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = object.name_any();
+    let name = cached.name_any();
+    // The cache can lag behind this controller's own last status write; deciding from a
+    // stale `status.version` would repeat an upgrade step. Read the object fresh.
+    let clairs: Api<Clair> = Api::namespaced(client.clone(), &namespace);
+    let Some(object) = clairs.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
     let uid = object.uid().ok_or(Error::MissingField("metadata.uid"))?;
     let owner = object
         .controller_owner_ref(&())
@@ -424,7 +431,7 @@ async fn reconcile(object: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         url: external_url.filter(|_| routing_kind.as_ref().is_ok_and(|k| *k != RoutingKind::None)),
     };
     if status != Some(&new_status) {
-        let api: Api<Clair> = Api::namespaced(client.clone(), &namespace);
+        let api = &clairs;
         let patch = serde_json::json!({
             "apiVersion": Clair::api_version(&()),
             "kind": Clair::kind(&()),

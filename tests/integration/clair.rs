@@ -12,13 +12,13 @@ use anyhow::{Context, bail, ensure};
 use clair_operator::api::{Clair, Indexer, Matcher, Notifier, Phase};
 use clair_testenv::{Process, clair_binaries};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::support::{FIELD_MANAGER, TestEnv, eventually};
@@ -608,6 +608,29 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
         secret_text(&secrets.get("clair-database").await?, "matcher-password")? == matcher_password
     );
 
+    // An autoscaler that could outgrow the engine's connections is a warning, not a phase.
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"indexer": {"autoscaling": {"minReplicas": 1, "maxReplicas": 30}}}),
+    )
+    .await?;
+    let clair = wait_clair(&client, &ns, "clair", "ConnectionsFit False", |c| {
+        condition(c, "ConnectionsFit").is_some_and(|f| f.status == "False")
+    })
+    .await?;
+    let fit = condition(&clair, "ConnectionsFit").context("ConnectionsFit")?;
+    ensure!(
+        fit.reason == "ConnectionsExceedLimit"
+            && fit.message.contains("indexer 4×30 (default pool)"),
+        "{fit:?}"
+    );
+    ensure!(
+        condition(&clair, "Ready").is_some_and(|r| r.status == "True"),
+        "a connection warning does not make the Clair unready"
+    );
+
     // Deleting the Clair deletes what it owns, except the data claim.
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
     clairs.delete("clair", &DeleteParams::foreground()).await?;
@@ -877,5 +900,212 @@ fn write(dir: &Path, path: &str, text: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text)?;
+    Ok(())
+}
+
+/// Waits for `job` to report `Complete`. kwok plays the kubelet for Job pods: its
+/// `pod-complete` stage ends them with success a moment after they run.
+async fn job_completes(client: &Client, ns: &str, job: &str) -> anyhow::Result<()> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    eventually(LONG, &format!("Job {job} Complete"), || {
+        let jobs = jobs.clone();
+        async move {
+            let Some(current) = jobs.get_opt(job).await? else {
+                return Ok(false);
+            };
+            Ok(current
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Complete" && c.status == "True")
+                }))
+        }
+    })
+    .await
+}
+
+/// A pre-upgrade Job for `version` that the Job controller fails: its pod can never be
+/// scheduled and its deadline is one second. Made before the operator makes its own (kwok
+/// completes every Job pod it runs), so the operator finds a failed step.
+async fn failing_pre_job(
+    client: &Client,
+    ns: &str,
+    clair: &Clair,
+    version: &str,
+) -> anyhow::Result<String> {
+    let name = format!("clair-upgrade-pre-{}", version.replace('.', "-"));
+    let owner = clair.controller_owner_ref(&()).context("owner reference")?;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "ownerReferences": [owner], "labels": {
+            "app.kubernetes.io/name": "clair", "app.kubernetes.io/instance": "clair",
+            "app.kubernetes.io/component": "upgrade", "app.kubernetes.io/managed-by": "clair-operator",
+            "app.kubernetes.io/part-of": "clair"}},
+        "spec": {"activeDeadlineSeconds": 1, "backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", "nodeSelector": {"no-such-node": "true"},
+            "containers": [{"name": "upgrade", "image": "quay.io/projectquay/clair:4.10.0",
+                            "command": ["clairctl", "admin", "pre", version]}]}}}
+    }))?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    jobs.create(&Default::default(), &job).await?;
+    eventually(LONG, &format!("Job {name} Failed"), || {
+        let jobs = jobs.clone();
+        let name = name.clone();
+        async move {
+            Ok(jobs
+                .get(&name)
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed" && c.status == "True")))
+        }
+    })
+    .await?;
+    Ok(name)
+}
+
+fn indexer_image(indexer: &Indexer) -> String {
+    indexer.spec.service.image.clone().unwrap_or_default()
+}
+
+pub async fn an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-upgrade").await?;
+    external_databases(env, &client, &ns).await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let mut spec = external_spec();
+    spec["image"] = json!("quay.io/projectquay/clair:4.8.0");
+    create_clair(&client, &ns, "clair", spec).await?;
+    let clair = wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    ensure!(
+        clair
+            .status
+            .as_ref()
+            .and_then(|s| s.version.clone())
+            .as_deref()
+            == Some("v4.8.0"),
+        "{:?}",
+        clair.status
+    );
+    let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+
+    // A new version: the pre step first, the services untouched. A pod quota that the
+    // three service pods fill holds the pre Job's pod back, so the step lasts until the
+    // quota goes (kwok would otherwise complete it within a second).
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        Api::namespaced(client.clone(), &ns);
+    let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "hold"},
+        "spec": {"hard": {"pods": "3"}}
+    }))?;
+    quotas.create(&Default::default(), &quota).await?;
+    eventually(LONG, "the quota counting the service pods", || {
+        let quotas = quotas.clone();
+        async move {
+            let used = quotas.get("hold").await?.status.and_then(|s| s.used);
+            Ok(used
+                .and_then(|u| u.get("pods").cloned())
+                .is_some_and(|q| q.0 == "3"))
+        }
+    })
+    .await?;
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"image": "quay.io/projectquay/clair:4.9.0"}),
+    )
+    .await?;
+    let clair = wait_clair(&client, &ns, "clair", "Upgrading, preparing", |c| {
+        c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Upgrading)
+            && condition(c, "Upgrading").is_some_and(|u| u.reason == "UpgradePreparing")
+    })
+    .await?;
+    ensure!(
+        condition(&clair, "Ready").is_some_and(|r| r.status == "True"),
+        "the services keep serving during an upgrade"
+    );
+    let pre = jobs.get("clair-upgrade-pre-v4-9-0").await?;
+    let command = pre
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers[0].command.clone())
+        .unwrap_or_default();
+    ensure!(
+        command[command.len() - 3..] == ["admin", "pre", "v4.9.0"],
+        "{command:?}"
+    );
+    ensure!(
+        indexer_image(&indexers.get("clair-indexer").await?).ends_with(":4.8.0"),
+        "the indexer rolled before the pre step finished"
+    );
+
+    // The pre step runs and succeeds: the services roll, then the post step runs.
+    quotas.delete("hold", &DeleteParams::default()).await?;
+    job_completes(&client, &ns, "clair-upgrade-pre-v4-9-0").await?;
+    eventually(LONG, "the post Job", || {
+        let jobs = jobs.clone();
+        async move { Ok(jobs.get_opt("clair-upgrade-post-v4-9-0").await?.is_some()) }
+    })
+    .await?;
+    ensure!(
+        indexer_image(&indexers.get("clair-indexer").await?).ends_with(":4.9.0"),
+        "the post step started before the indexer rolled"
+    );
+    job_completes(&client, &ns, "clair-upgrade-post-v4-9-0").await?;
+    wait_clair(&client, &ns, "clair", "Available on v4.9.0", |c| {
+        c.status.as_ref().is_some_and(|s| {
+            s.phase == Some(Phase::Available) && s.version.as_deref() == Some("v4.9.0")
+        })
+    })
+    .await?;
+    eventually(LONG, "the upgrade Jobs cleaned up", || {
+        let jobs = jobs.clone();
+        async move {
+            Ok(jobs.get_opt("clair-upgrade-pre-v4-9-0").await?.is_none()
+                && jobs.get_opt("clair-upgrade-post-v4-9-0").await?.is_none())
+        }
+    })
+    .await?;
+
+    // A failed pre step stops the roll with a condition; the services stay where they are.
+    let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
+    failing_pre_job(&client, &ns, &clairs.get("clair").await?, "v4.10.0").await?;
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"image": "quay.io/projectquay/clair:4.10.0"}),
+    )
+    .await?;
+    let clair = wait_clair(&client, &ns, "clair", "Degraded by UpgradeFailed", |c| {
+        c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Degraded)
+            && condition(c, "Degraded").is_some_and(|d| d.reason == "UpgradeFailed")
+    })
+    .await?;
+    let upgrading = condition(&clair, "Upgrading").context("Upgrading")?;
+    ensure!(
+        upgrading
+            .message
+            .contains("kubectl logs job/clair-upgrade-pre-v4-10-0"),
+        "{upgrading:?}"
+    );
+    ensure!(
+        indexer_image(&indexers.get("clair-indexer").await?).ends_with(":4.9.0"),
+        "the indexer rolled although the pre step failed"
+    );
     Ok(())
 }
