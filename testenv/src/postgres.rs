@@ -1,6 +1,7 @@
 //! A real PostgreSQL server on loopback for the database tests: the machine's PostgreSQL
 //! server binaries, a fresh data directory in a temporary folder, password (SCRAM) auth,
-//! stopped on drop and killed with the process that started it.
+//! TLS with a self-signed certificate, stopped on drop and killed with the process that
+//! started it.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,23 @@ impl Postgres {
                 String::from_utf8_lossy(&output.stderr)
             )));
         }
+        // TLS on, with a self-signed certificate for loopback: clients choose with sslmode.
+        let certificate = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+        ])?;
+        let cert_file = dir.path().join("server.crt");
+        let key_file = dir.path().join("server.key");
+        std::fs::write(&cert_file, certificate.cert.pem()).map_err(io_error("write server.crt"))?;
+        std::fs::write(&key_file, certificate.signing_key.serialize_pem())
+            .map_err(io_error("write server.key"))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600))
+                .map_err(io_error("chmod server.key"))?;
+        }
+        chown(&cert_file, owner)?;
+        chown(&key_file, owner)?;
         let [port] = free_ports()?;
         let mut server = Command::new(bin.join("postgres"));
         server
@@ -118,7 +136,19 @@ impl Postgres {
                 "-c",
                 &format!("unix_socket_directories={}", dir.path().display()),
             ])
-            .args(["-c", "max_connections=50", "-c", "fsync=off"]);
+            .args([
+                "-c",
+                "max_connections=50",
+                "-c",
+                "fsync=off",
+                "-c",
+                "ssl=on",
+            ])
+            .args(["-c", "log_connections=on"])
+            .arg("-c")
+            .arg(format!("ssl_cert_file={}", cert_file.display()))
+            .arg("-c")
+            .arg(format!("ssl_key_file={}", key_file.display()));
         as_server_user(&mut server, owner);
         let process = Process::spawn_command("postgres", server, log_dir)?;
         let mut postgres = Self {
@@ -194,6 +224,16 @@ impl Postgres {
         ))?;
         self.sql(&format!("CREATE DATABASE \"{name}\" OWNER \"{name}\""))?;
         Ok(())
+    }
+
+    /// The folder of the server's binaries (`psql` among them).
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
+    /// The superuser's generated password.
+    pub fn superuser_password(&self) -> &str {
+        &self.password
     }
 
     /// A `key=value` connection string for `user` to `dbname` on loopback.

@@ -455,6 +455,15 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
             "DatabaseUnreachable",
             PASSWORD,
         ),
+        (
+            // The server's certificate is self-signed: verify-full refuses it.
+            "unverified",
+            format!(
+                "postgresql://{indexer}:{PASSWORD}@localhost:{port}/{indexer}?sslmode=verify-full"
+            ),
+            "DatabaseUnreachable",
+            PASSWORD,
+        ),
     ];
     for (name, connstring, _, _) in &cases {
         apply_json::<Secret>(
@@ -508,6 +517,46 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
         ensure!(secrets.get_opt(&format!("{name}-config")).await?.is_none());
     }
+    let unverified = Api::<Clair>::namespaced(client.clone(), &ns)
+        .get("unverified")
+        .await?;
+    let message = &condition(&unverified, "DatabaseReady")
+        .context("DatabaseReady")?
+        .message;
+    ensure!(
+        message.contains("certificate"),
+        "says why TLS failed: {message}"
+    );
+
+    // TLS as the string asks: sslmode=require encrypts without verifying, and connects.
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("databases")
+        .await?;
+    let mut data = serde_json::Map::new();
+    for service in ["indexer", "matcher", "notifier"] {
+        let text = secret_text(&secret, service)?.replace("sslmode=disable", "sslmode=require");
+        data.insert(service.to_string(), json!(text));
+    }
+    apply_json::<Secret>(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"}, "stringData": data}),
+    )
+    .await?;
+    create_clair(&client, &ns, "tls", external_spec()).await?;
+    wait_clair(&client, &ns, "tls", "DatabaseReady over TLS", |c| {
+        condition(c, "DatabaseReady").is_some_and(|d| d.status == "True")
+    })
+    .await?;
+    // The server logs each connection, and whether it was encrypted.
+    let log = std::fs::read_to_string(env.plane.dir().join("logs/postgres.log"))?;
+    let wanted = format!("connection authorized: user={indexer} database={indexer} ");
+    ensure!(
+        log.lines()
+            .any(|l| l.contains(&wanted) && l.contains("SSL enabled")),
+        "no encrypted connection of {indexer} in the server log"
+    );
+
     // Events and `kubectl describe` carry no password either.
     let described = env.kubectl_ok(&ns, &["describe", "clairs"])?;
     ensure!(
@@ -591,6 +640,55 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
         config["matcher"]["disable_updaters"] == json!(true),
         "{config}"
     );
+
+    // The engine's first-start script, run as the postgres image runs it (against the test
+    // server instead of the pod), makes roles and databases the generated strings open.
+    let bootstrap = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("clair-database-bootstrap")
+        .await?;
+    let script = bootstrap
+        .data
+        .as_ref()
+        .and_then(|d| d.values().next().cloned())
+        .context("the bootstrap script")?;
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .arg("-c")
+        .arg(&script)
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", env.postgres.bin_dir().display()),
+        )
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", env.postgres.port.to_string())
+        .env("PGPASSWORD", env.postgres.superuser_password())
+        .env("POSTGRES_USER", "postgres")
+        .env("CLAIR_ROLES", "indexer matcher notifier");
+    for service in ["indexer", "matcher", "notifier"] {
+        command.env(
+            format!("{}_PASSWORD", service.to_uppercase()),
+            secret_text(&passwords, &format!("{service}-password"))?,
+        );
+    }
+    let output = command.output().await?;
+    ensure!(
+        output.status.success(),
+        "the bootstrap script failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for service in ["indexer", "matcher", "notifier"] {
+        let text = config[service]["connstring"]
+            .as_str()
+            .context("connstring")?
+            .replace(
+                &format!("host='clair-database.{ns}.svc'"),
+                "host='127.0.0.1'",
+            )
+            .replace("port='5432'", &format!("port='{}'", env.postgres.port));
+        clair_operator::database::probe::probe(&text, Default::default())
+            .await
+            .map_err(|f| anyhow::anyhow!("{service}: {}", f.message))?;
+    }
     let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &ns);
     ensure!(
         cronjobs.get_opt("clair-updaters").await?.is_some(),
