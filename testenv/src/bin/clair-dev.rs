@@ -1,13 +1,14 @@
 //! `clair-dev up OPERATOR_BINARY`: the operator's main job on a local cluster. Starts the
-//! control plane (building it on first use), installs the CRDs from `crds/`, runs the
-//! operator, applies `examples/` into the `clair-demo` namespace, waits for the Indexer,
-//! Matcher and Notifier to become Available, shows them, and keeps everything up until
-//! Ctrl-C.
+//! control plane (building it on first use) and a PostgreSQL on loopback, installs the CRDs
+//! from `crds/`, runs the operator, applies `examples/` into the `clair-demo` namespace with
+//! the example Clair's connection strings pointed at that PostgreSQL, waits for the Clair
+//! and the stand-alone Indexer, Matcher and Notifier to become Available, shows them, and
+//! keeps everything up until Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use clair_testenv::{ControlPlane, Options};
+use clair_testenv::{ControlPlane, Options, Postgres};
 
 const NAMESPACE: &str = "clair-demo";
 
@@ -76,7 +77,44 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
         "-f",
         &path(&root.join("examples")),
     ])?;
-    for service in ["indexer/indexer", "matcher/matcher", "notifier/notifier"] {
+    // The example Clair's databases, for real: a PostgreSQL on loopback, which the
+    // operator (a process on this machine) reaches to check them.
+    let postgres = Postgres::start(&plane.dir().join("logs")).map_err(|e| e.to_string())?;
+    let mut strings = Vec::new();
+    for service in ["indexer", "matcher", "notifier"] {
+        let password = format!("{service}-demo-password");
+        postgres
+            .create_role_and_database(service, &password)
+            .map_err(|e| e.to_string())?;
+        strings.push(format!(
+            "  {service}: \"{}\"",
+            postgres
+                .connstring(service, &password, service)
+                .replace('"', "\\\"")
+        ));
+    }
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: clair-databases\nstringData:\n{}\n",
+        strings.join("\n")
+    );
+    run_with_input(
+        plane.kubectl().args([
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--namespace",
+            NAMESPACE,
+            "-f",
+            "-",
+        ]),
+        &secret,
+    )?;
+    for service in [
+        "clair/clair",
+        "indexer/indexer",
+        "matcher/matcher",
+        "notifier/notifier",
+    ] {
         kubectl(&[
             "wait",
             "--namespace",
@@ -89,17 +127,17 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
     kubectl(&["get", "nodes"])?;
     kubectl(&[
         "get",
-        "indexers,matchers,notifiers,deployments,pods,hpa",
+        "clairs,indexers,matchers,notifiers,deployments,pods,hpa,cronjobs,ingresses",
         "--namespace",
         NAMESPACE,
         "-o",
         "wide",
     ])?;
-    kubectl(&["describe", "indexer", "indexer", "--namespace", NAMESPACE])?;
+    kubectl(&["describe", "clair", "clair", "--namespace", NAMESPACE])?;
 
     let kubectl_path: PathBuf = plane.binaries().path("kubectl");
     println!(
-        "\nThe cluster is up at {}. In another shell:\n  export KUBECONFIG={}\n  {} get indexers,matchers,notifiers -n {NAMESPACE}\n",
+        "\nThe cluster is up at {}. In another shell:\n  export KUBECONFIG={}\n  {} get clairs,indexers,matchers,notifiers -n {NAMESPACE}\n",
         plane.server(),
         kubeconfig.display(),
         kubectl_path.display()
@@ -121,6 +159,25 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
 
 fn path(p: &Path) -> String {
     p.display().to_string()
+}
+
+fn run_with_input(command: &mut Command, input: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed with {status}"))
+    }
 }
 
 fn run(command: &mut Command) -> Result<(), String> {
