@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -22,7 +22,7 @@ use super::apply::{apply_fresh, delete_unwanted};
 use super::capabilities::{OptionalApi, optional_api_changes};
 use super::database::{self, DatabaseState};
 use super::service::ServiceKind;
-use super::{Context, Error, FIELD_MANAGER, now, observe, upgrade};
+use super::{Context, Error, credentials, now, observe, upgrade};
 use crate::api::clair::{ChildStatus, RoutingKind};
 use crate::api::{Clair, ClairStatus, ConfigSource, Indexer, Matcher, Notifier, Phase};
 use crate::clairconfig::{self, Document, Mode};
@@ -281,16 +281,11 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
 
     // Credentials the config needs, generated once.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    let psk = database::generated_secret(
+    let psk = credentials::generated_secret(
         &secrets,
         &input.psk_secret_name(),
         &[render::PSK_KEY.to_string()],
-        || {
-            use base64::Engine;
-            let mut key = [0u8; 32];
-            getrandom::fill(&mut key).map_err(|e| Error::Random(e.to_string()))?;
-            Ok(base64::engine::general_purpose::STANDARD.encode(key))
-        },
+        || credentials::random_base64(32),
         |values| render::psk_secret(&input, &values[render::PSK_KEY]),
     )
     .await?;
@@ -431,18 +426,7 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         url: external_url.filter(|_| routing_kind.as_ref().is_ok_and(|k| *k != RoutingKind::None)),
     };
     if status != Some(&new_status) {
-        let api = &clairs;
-        let patch = serde_json::json!({
-            "apiVersion": Clair::api_version(&()),
-            "kind": Clair::kind(&()),
-            "status": new_status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        super::write_status(&clairs, &name, &new_status).await?;
     }
     if let Some(event) = &decision.event {
         info!(%name, %namespace, note = %event.note, "clair phase transition");

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::Api;
 
 use super::apply::{apply, apply_fresh};
+use super::credentials::{generated_secret, random_hex};
 use super::{Context, Error};
 use crate::api::KeyReference;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
@@ -33,44 +34,6 @@ pub struct DatabaseState {
     pub limits: BTreeMap<String, Option<u32>>,
 }
 
-/// `bytes` random bytes from the operating system, hex-encoded.
-pub fn random_hex(bytes: usize) -> Result<String, Error> {
-    let mut buffer = vec![0u8; bytes];
-    getrandom::fill(&mut buffer).map_err(|e| Error::Random(e.to_string()))?;
-    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Reads `name`'s string data, creating the Secret with `generate`d values first when it
-/// does not exist. Generated once: later reconciles read what is there, so a rotation made
-/// by hand is kept.
-pub async fn generated_secret(
-    api: &Api<Secret>,
-    name: &str,
-    keys: &[String],
-    generate: impl Fn() -> Result<String, Error>,
-    build: impl FnOnce(&BTreeMap<String, String>) -> Secret,
-) -> Result<BTreeMap<String, String>, Error> {
-    let mut values: BTreeMap<String, String> = match api.get_opt(name).await? {
-        Some(secret) => secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
-            .collect(),
-        None => BTreeMap::new(),
-    };
-    let missing: Vec<&String> = keys.iter().filter(|k| !values.contains_key(*k)).collect();
-    if !missing.is_empty() {
-        for key in missing {
-            values.insert(key.clone(), generate()?);
-        }
-        // Only missing keys are added; values already there are written back unchanged.
-        let current = api.get_opt(name).await?;
-        apply(api, &build(&values), current.as_ref()).await?;
-    }
-    Ok(values)
-}
-
 /// A managed database: passwords, bootstrap script, Services and StatefulSets applied;
 /// ready when every engine has a ready pod.
 pub async fn managed(
@@ -85,7 +48,7 @@ pub async fn managed(
         &db::passwords_secret_name(input),
         &db::password_keys(),
         || random_hex(24),
-        |values| db::passwords_secret(input, values),
+        |values| db::passwords_secret(input, managed, values),
     )
     .await?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), input.namespace);

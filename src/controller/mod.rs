@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod capabilities;
 pub mod clair;
+pub mod credentials;
 pub mod database;
 pub mod observe;
 pub mod service;
@@ -70,6 +71,29 @@ fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         Timestamp::from_second(now.as_second()).unwrap_or(now),
     )
+}
+
+/// Writes `status` into `name`'s status subresource (server-side apply, our field manager).
+async fn write_status<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Records the Event of a phase transition on `object`.

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use super::apply::{Outcome, apply, apply_fresh, delete_unwanted};
-use super::{Context, Error, FIELD_MANAGER, now, observe};
+use super::{Context, Error, now, observe};
 use crate::api::service::ClairService;
 use crate::api::{ConfigSource, ServiceSpec, ServiceStatus};
 use crate::clairconfig::Mode;
@@ -249,17 +249,7 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
     };
     if status != Some(&new_status) {
         let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-        let patch = serde_json::json!({
-            "apiVersion": K::api_version(&()),
-            "kind": K::kind(&()),
-            "status": new_status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        super::write_status(&api, &name, &new_status).await?;
     }
 
     if let Some(event) = &decision.event {

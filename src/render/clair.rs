@@ -127,6 +127,19 @@ impl ClairInput<'_> {
     }
 }
 
+#[cfg(test)]
+impl<'a> ClairInput<'a> {
+    /// `clair` in namespace `scan` with `spec`, for the builders' tests.
+    pub fn example(spec: &'a ClairSpec) -> Self {
+        ClairInput {
+            name: "clair",
+            namespace: "scan",
+            owner: OwnerReference::default(),
+            spec,
+        }
+    }
+}
+
 pub fn child_name(clair: &str, role: ServiceRole) -> String {
     format!("{clair}-{}", role.as_str())
 }
@@ -548,12 +561,7 @@ mod tests {
     }
 
     fn input(spec: &ClairSpec) -> ClairInput<'_> {
-        ClairInput {
-            name: "clair",
-            namespace: "scan",
-            owner: OwnerReference::default(),
-            spec,
-        }
+        ClairInput::example(spec)
     }
 
     fn connections() -> ConnStrings {

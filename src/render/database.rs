@@ -90,9 +90,20 @@ fn bootstrap_name(input: &ClairInput) -> String {
 }
 
 /// The Secret of generated passwords (`passwords` by key), created once and never changed.
-pub fn passwords_secret(input: &ClairInput, passwords: &BTreeMap<String, String>) -> Secret {
+/// It lives as long as the data: the roles in a kept data volume have these passwords, so
+/// unless the claims are deleted with the `Clair` it has no owner and is kept too, for a
+/// `Clair` of the same name to find again.
+pub fn passwords_secret(
+    input: &ClairInput,
+    managed: &ManagedDatabase,
+    passwords: &BTreeMap<String, String>,
+) -> Secret {
+    let mut metadata = input.metadata(passwords_secret_name(input), COMPONENT);
+    if !managed.delete_claims {
+        metadata.owner_references = None;
+    }
     Secret {
-        metadata: input.metadata(passwords_secret_name(input), COMPONENT),
+        metadata,
         data: Some(
             passwords
                 .iter()
@@ -398,15 +409,9 @@ pub fn claim_name(engine: &Engine) -> String {
 mod tests {
     use super::*;
     use crate::api::ClairSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn input(spec: &ClairSpec) -> ClairInput<'_> {
-        ClairInput {
-            name: "clair",
-            namespace: "scan",
-            owner: OwnerReference::default(),
-            spec,
-        }
+        ClairInput::example(spec)
     }
 
     #[test]

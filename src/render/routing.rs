@@ -191,15 +191,9 @@ mod tests {
     use super::*;
     use crate::api::ClairSpec;
     use crate::api::clair::{GatewayReference, NotifierOverrides};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn input(spec: &ClairSpec) -> ClairInput<'_> {
-        ClairInput {
-            name: "clair",
-            namespace: "scan",
-            owner: OwnerReference::default(),
-            spec,
-        }
+        ClairInput::example(spec)
     }
 
     fn routing(kind: RoutingKind) -> RoutingSpec {

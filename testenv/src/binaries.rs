@@ -16,26 +16,7 @@ impl Binaries {
     /// Builds whatever is missing from the cache (minutes when cold, instant when warm).
     /// Build output goes to standard error as it happens.
     pub fn ensure() -> Result<Self> {
-        let script = repo_root().join("tools/controlplane/build.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
-        if !output.status.success() {
-            return Err(Error::Build(format!(
-                "{} exited with {}",
-                script.display(),
-                output.status
-            )));
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let dir = stdout
-            .lines()
-            .last()
-            .map(PathBuf::from)
-            .ok_or_else(|| Error::Build(format!("{} printed no folder", script.display())))?;
+        let dir = build("tools/controlplane/build.sh")?;
         Ok(Self { dir })
     }
 
@@ -43,6 +24,36 @@ impl Binaries {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+}
+
+/// The folder holding `clair` and `clairctl` at the version `tools/clair/go.mod` pins, built
+/// on first use by `tools/clair/build.sh` (from the Go module proxy) and cached.
+pub fn clair_binaries() -> Result<PathBuf> {
+    build("tools/clair/build.sh")
+}
+
+/// Runs a build script of the repository (build output to standard error as it happens)
+/// and returns the folder it prints on its last line.
+fn build(script: &str) -> Result<PathBuf> {
+    let script = repo_root().join(script);
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
+    if !output.status.success() {
+        return Err(Error::Build(format!(
+            "{} exited with {}",
+            script.display(),
+            output.status
+        )));
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Build(format!("{} printed no folder", script.display())))
 }
 
 /// The repository root: this crate lives in `testenv/` beneath it.

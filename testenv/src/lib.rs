@@ -11,17 +11,19 @@ mod postgres;
 mod process;
 
 pub use binaries::Binaries;
+pub use binaries::clair_binaries;
 pub use controlplane::{ControlPlane, OPERATOR, Options};
-pub use postgres::{Postgres, clair_binaries};
+pub use postgres::Postgres;
 pub use process::Process;
 
 /// Why the control plane could not be had. Each message says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "cannot build the control-plane binaries: {0}\n\
-         They are built by tools/controlplane/build.sh from the Go module proxy with Go >= 1.24; \
-         run it by hand to see the full output."
+        "cannot build pinned binaries: {0}\n\
+         tools/controlplane/build.sh (the control plane) and tools/clair/build.sh (clair, \
+         clairctl) build them from the Go module proxy with Go >= 1.24; run the script by hand \
+         to see the full output."
     )]
     Build(String),
     #[error("{what}: {source}")]

@@ -252,27 +252,3 @@ fn random_password() -> Result<String> {
         .map_err(|e| io_error("generate a password")(std::io::Error::other(e.to_string())))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
-
-/// The folder holding `clair` and `clairctl` at the version `tools/clair/go.mod` pins, built
-/// on first use by `tools/clair/build.sh` and cached.
-pub fn clair_binaries() -> Result<PathBuf> {
-    let script = crate::repo_root().join("tools/clair/build.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
-    if !output.status.success() {
-        return Err(Error::Build(format!(
-            "{} exited with {} (it builds Clair from the Go module proxy with Go >= 1.24)",
-            script.display(),
-            output.status
-        )));
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .last()
-        .map(PathBuf::from)
-        .ok_or_else(|| Error::Build(format!("{} printed no folder", script.display())))
-}

@@ -747,6 +747,12 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
         claims.get_opt("data-clair-database-0").await?.is_some(),
         "the data claim was deleted with the Clair"
     );
+    // The passwords the kept data's roles have are kept with it, for a new Clair of the
+    // same name.
+    ensure!(
+        secret_text(&secrets.get("clair-database").await?, "matcher-password")? == matcher_password,
+        "the database passwords were deleted with the Clair"
+    );
     volumes
         .delete(&volume.name_any(), &DeleteParams::default())
         .await?;
