@@ -59,16 +59,12 @@ pub async fn run(
         .watches(
             Api::<ConfigMap>::all(client.clone()),
             watcher::Config::default(),
-            referencing(store.clone(), |source, name| {
-                source.config_map.as_ref().is_some_and(|r| r.name == name)
-            }),
+            referencing(store.clone(), super::names_config_map),
         )
         .watches(
             Api::<Secret>::all(client.clone()),
             watcher::Config::default(),
-            referencing(store, |source, name| {
-                source.secret.as_ref().is_some_and(|r| r.name == name)
-            }),
+            referencing(store, super::names_secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))
         .graceful_shutdown_on(shutdown)

@@ -131,6 +131,16 @@ async fn publish_transition(
     }
 }
 
+/// Whether a config source names the ConfigMap `name`.
+fn names_config_map(source: &crate::api::ConfigSource, name: &str) -> bool {
+    source.config_map.as_ref().is_some_and(|r| r.name == name)
+}
+
+/// Whether a config source names the Secret `name`.
+fn names_secret(source: &crate::api::ConfigSource, name: &str) -> bool {
+    source.secret.as_ref().is_some_and(|r| r.name == name)
+}
+
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,

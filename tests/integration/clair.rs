@@ -383,38 +383,93 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
         }
     })
     .await?;
+
+    // On OpenShift, Auto picks Routes: one per path, the HTTPRoute deleted.
+    install_open_crd(&client, "route.openshift.io", "Route", "routes", None).await?;
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"routing": {"kind": "Auto", "host": "clair.example.com", "gateway": null}}),
+    )
+    .await?;
+    let routes: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("route.openshift.io", "v1", "Route"),
+            "routes",
+        ),
+    );
+    eventually(LONG, "two Routes, and the HTTPRoute gone", || {
+        let routes = routes.clone();
+        let http_routes = http_routes.clone();
+        async move {
+            let mut paths: Vec<String> = routes
+                .list(&Default::default())
+                .await?
+                .iter()
+                .filter_map(|r| r.data["spec"]["path"].as_str().map(String::from))
+                .collect();
+            paths.sort();
+            ensure!(paths.len() <= 2, "routes for {paths:?}");
+            Ok(paths == ["/indexer", "/matcher"] && http_routes.get_opt("clair").await?.is_none())
+        }
+    })
+    .await?;
     Ok(())
 }
 
 /// Installs a minimal `httproutes.gateway.networking.k8s.io` CRD (schema left open).
 async fn install_gateway_api(client: &Client) -> anyhow::Result<()> {
+    install_open_crd(
+        client,
+        "gateway.networking.k8s.io",
+        "HTTPRoute",
+        "httproutes",
+        Some("https://github.com/kubernetes-sigs/gateway-api/pull/1538"),
+    )
+    .await
+}
+
+/// Installs a minimal CRD (schema left open) for `group`/v1 `kind` and waits until it is
+/// established. `approval`: the annotation a `*.k8s.io` group needs.
+async fn install_open_crd(
+    client: &Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    approval: Option<&str>,
+) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = "httproutes.gateway.networking.k8s.io";
-    {
-        let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": name, "annotations": {
-                "api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/1538"}},
-            "spec": {
-                "group": "gateway.networking.k8s.io", "scope": "Namespaced",
-                "names": {"plural": "httproutes", "singular": "httproute", "kind": "HTTPRoute", "listKind": "HTTPRouteList"},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-            }
-        }))?;
-        crds.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
+    let name = format!("{plural}.{group}");
+    let mut annotations = serde_json::Map::new();
+    if let Some(approval) = approval {
+        annotations.insert("api-approved.kubernetes.io".into(), json!(approval));
     }
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))?;
+    crds.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
     eventually(
         Duration::from_secs(30),
-        "the HTTPRoute CRD established",
+        &format!("the {kind} CRD established"),
         || {
             let crds = crds.clone();
-            async move { Ok(crate::support::established(&crds.get(name).await?)) }
+            let name = name.clone();
+            async move { Ok(crate::support::established(&crds.get(&name).await?)) }
         },
     )
     .await
