@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::ResourceExt;
 use kube::api::Api;
 
-use super::apply::{apply, apply_fresh};
+use super::apply::{apply, apply_fresh, delete_unwanted};
 use super::credentials::{generated_secret, random_hex};
 use super::{Context, Error};
 use crate::api::KeyReference;
@@ -23,6 +24,7 @@ use crate::machine::clair::ServiceRole;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
 use crate::render::database as db;
+use crate::render::labels;
 
 /// What the database side found.
 pub struct DatabaseState {
@@ -71,6 +73,19 @@ pub async fn managed(
             not_ready.push(engine.name.clone());
         }
     }
+    // Engines no longer wanted (perService switched): their StatefulSets and Services go;
+    // their data claims stay, as the retention policy says.
+    let wanted: Vec<&str> = engines.iter().map(|e| e.name.as_str()).collect();
+    let selector = labels::to_selector_string(&labels::all(input.name, db::COMPONENT));
+    let owner = input.owner.uid.as_str();
+    delete_unwanted(&sets, &selector, owner, |s| {
+        wanted.contains(&s.name_any().as_str())
+    })
+    .await?;
+    delete_unwanted(&services, &selector, owner, |s| {
+        wanted.contains(&s.name_any().as_str())
+    })
+    .await?;
     let observation = if not_ready.is_empty() {
         DatabaseObservation::Reachable
     } else {

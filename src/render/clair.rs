@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::labels;
 use super::pod::{restricted_container, restricted_pod};
-use super::service::{API_PORT, url};
+use super::service::{API_PORT, INTROSPECTION_PORT, url};
 use crate::api::clair::{ServiceOverrides, UpdaterMode};
 use crate::api::keys;
 use crate::api::service::ClairService;
@@ -150,7 +150,7 @@ pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> 
     let address = |role| url(&input.child_name(role), input.namespace);
     let mut config = json!({
         "http_listen_addr": format!(":{API_PORT}"),
-        "introspection_addr": ":8089",
+        "introspection_addr": format!(":{INTROSPECTION_PORT}"),
         "log_level": "info",
         "indexer": {
             "connstring": connections.indexer,

@@ -33,7 +33,7 @@ const PORT: i32 = 5432;
 const POSTGRES_UID: i64 = 999;
 /// The superuser's key in the passwords Secret; each role's is `ROLE-password`.
 pub const SUPERUSER_KEY: &str = "postgres-password";
-const COMPONENT: &str = "database";
+pub const COMPONENT: &str = "database";
 /// Tells the engines of a per-service database apart.
 const ENGINE_LABEL: &str = "clair.projectquay.io/engine";
 

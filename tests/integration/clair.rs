@@ -784,6 +784,47 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
         "a connection warning does not make the Clair unready"
     );
 
+    // One engine per service: three StatefulSets replace the shared one (whose claim stays).
+    patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"database": {"managed": {"perService": true}}}),
+    )
+    .await?;
+    eventually(LONG, "an engine per service, the shared one gone", || {
+        let sets = sets.clone();
+        async move {
+            let mut names: Vec<String> = sets
+                .list(&Default::default())
+                .await?
+                .iter()
+                .map(|s| s.name_any())
+                .collect();
+            names.sort();
+            Ok(names
+                == [
+                    "clair-database-indexer",
+                    "clair-database-matcher",
+                    "clair-database-notifier",
+                ])
+        }
+    })
+    .await?;
+    let clair = wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "DatabaseReady DatabaseNotReady",
+        |c| condition(c, "DatabaseReady").is_some_and(|d| d.reason == "DatabaseNotReady"),
+    )
+    .await?;
+    ensure!(
+        clair.status.as_ref().and_then(|s| s.phase) == Some(Phase::Degraded),
+        "new engines that are not ready degrade a running Clair: {:?}",
+        clair.status
+    );
+
     // Deleting the Clair deletes what it owns, except the data claim.
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
     clairs.delete("clair", &DeleteParams::foreground()).await?;
