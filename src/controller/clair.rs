@@ -326,7 +326,11 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         },
         Ok(RoutingKind::None) => RoutingObservation::Disabled,
         Ok(kind) => RoutingObservation::Applied {
-            what: format!("{kind:?} {name}"),
+            what: match kind {
+                RoutingKind::Route => format!("one Route per service path ({name}-indexer, ...)"),
+                RoutingKind::HttpRoute => format!("HTTPRoute {name}"),
+                _ => format!("Ingress {name}"),
+            },
             url: external_url
                 .clone()
                 .unwrap_or_else(|| "any host".to_string()),
