@@ -21,7 +21,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::support::{FIELD_MANAGER, TestEnv, eventually};
+use crate::support::{FIELD_MANAGER, TestEnv, eventually, operator_writes};
 
 const LONG: Duration = Duration::from_secs(120);
 const PASSWORD: &str = "s3cret-Pa55word";
@@ -1103,29 +1103,6 @@ fn write(dir: &Path, path: &str, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for `job` to report `Complete`. kwok plays the kubelet for Job pods: its
-/// `pod-complete` stage ends them with success a moment after they run.
-async fn job_completes(client: &Client, ns: &str, job: &str) -> anyhow::Result<()> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    eventually(LONG, &format!("Job {job} Complete"), || {
-        let jobs = jobs.clone();
-        async move {
-            let Some(current) = jobs.get_opt(job).await? else {
-                return Ok(false);
-            };
-            Ok(current
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Complete" && c.status == "True")
-                }))
-        }
-    })
-    .await
-}
-
 /// A pre-upgrade Job for `version` that the Job controller fails: its pod can never be
 /// scheduled and its deadline is one second. Made before the operator makes its own (kwok
 /// completes every Job pod it runs), so the operator finds a failed step.
@@ -1253,19 +1230,11 @@ pub async fn an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll(
         "the indexer rolled before the pre step finished"
     );
 
-    // The pre step runs and succeeds: the services roll, then the post step runs.
+    // The pre step runs and succeeds (kwok completes Job pods), the services roll, the post
+    // step runs, then the Jobs are deleted: faster than a test can watch each step, so the
+    // order is read from the apiserver's audit log of the operator's writes.
+    let since = std::time::SystemTime::now();
     quotas.delete("hold", &DeleteParams::default()).await?;
-    job_completes(&client, &ns, "clair-upgrade-pre-v4-9-0").await?;
-    eventually(LONG, "the post Job", || {
-        let jobs = jobs.clone();
-        async move { Ok(jobs.get_opt("clair-upgrade-post-v4-9-0").await?.is_some()) }
-    })
-    .await?;
-    ensure!(
-        indexer_image(&indexers.get("clair-indexer").await?).ends_with(":4.9.0"),
-        "the post step started before the indexer rolled"
-    );
-    job_completes(&client, &ns, "clair-upgrade-post-v4-9-0").await?;
     wait_clair(&client, &ns, "clair", "Available on v4.9.0", |c| {
         c.status.as_ref().is_some_and(|s| {
             s.phase == Some(Phase::Available) && s.version.as_deref() == Some("v4.9.0")
@@ -1280,6 +1249,24 @@ pub async fn an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll(
         }
     })
     .await?;
+    ensure!(
+        indexer_image(&indexers.get("clair-indexer").await?).ends_with(":4.9.0"),
+        "the indexer did not roll"
+    );
+    let writes = operator_writes(env, &ns, since)?;
+    let first = |wanted: &str| {
+        writes
+            .iter()
+            .position(|w| w == wanted)
+            .with_context(|| format!("no `{wanted}` among the operator's writes: {writes:?}"))
+    };
+    let roll = first(r#"patch "deployments" "clair-indexer""#)?;
+    let post = first(r#"patch "jobs" "clair-upgrade-post-v4-9-0""#)?;
+    let cleanup = first(r#"delete "jobs" "clair-upgrade-pre-v4-9-0""#)?;
+    ensure!(
+        roll < post && post < cleanup,
+        "the indexer's Deployment rolls, then the post Job, then clean-up: {writes:?}"
+    );
 
     // A failed pre step stops the roll with a condition; the services stay where they are.
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);

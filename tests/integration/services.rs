@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::support::{FIELD_MANAGER, TestEnv, eventually};
+use crate::support::{FIELD_MANAGER, TestEnv, eventually, operator_writes};
 
 const CONFIG: &str = "http_listen_addr: \":6060\"\nlog_level: info\nindexer:\n  connstring: host=db\nmatcher:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\nnotifier:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\n  matcher_addr: http://matcher:6060\n";
 const LONG: Duration = Duration::from_secs(90);
@@ -583,40 +583,6 @@ pub async fn drift_is_reverted_and_deletion_removes_everything(
         }
     })
     .await
-}
-
-/// Operator writes (create, update, patch, delete) in `ns` after `since`, from the audit log.
-fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(env.plane.audit_log())?;
-    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
-    let mut writes = Vec::new();
-    for line in text.lines() {
-        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let verb = entry["verb"].as_str().unwrap_or_default();
-        if entry["user"]["username"] != clair_testenv::OPERATOR
-            || entry["objectRef"]["namespace"] != ns
-            || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb)
-        {
-            continue;
-        }
-        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            .parse()?;
-        anyhow::ensure!(
-            entry["impersonatedUser"]["username"] == crate::support::OPERATOR_SERVICE_ACCOUNT,
-            "an operator write not made as its ServiceAccount: {line}"
-        );
-        if at >= since {
-            writes.push(format!(
-                "{verb} {} {}",
-                entry["objectRef"]["resource"], entry["objectRef"]["name"]
-            ));
-        }
-    }
-    Ok(writes)
 }
 
 pub async fn twenty_available_resources_make_no_writes_when_idle(

@@ -2,7 +2,7 @@
 //! namespace per test, clients and kubectl.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
 use clair_operator::{controller, crdgen, webhook};
@@ -321,4 +321,38 @@ where
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     bail!("timed out after {timeout:?} waiting for {what}: {last}")
+}
+
+/// Operator writes (create, update, patch, delete) in `ns` after `since`, from the audit log.
+pub fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(env.plane.audit_log())?;
+    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let verb = entry["verb"].as_str().unwrap_or_default();
+        if entry["user"]["username"] != OPERATOR
+            || entry["objectRef"]["namespace"] != ns
+            || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb)
+        {
+            continue;
+        }
+        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()?;
+        anyhow::ensure!(
+            entry["impersonatedUser"]["username"] == OPERATOR_SERVICE_ACCOUNT,
+            "an operator write not made as its ServiceAccount: {line}"
+        );
+        if at >= since {
+            writes.push(format!(
+                "{verb} {} {}",
+                entry["objectRef"]["resource"], entry["objectRef"]["name"]
+            ));
+        }
+    }
+    Ok(writes)
 }
