@@ -91,11 +91,6 @@ impl Capabilities {
         served
     }
 
-    /// Whether ServiceMonitors are served.
-    pub async fn service_monitor(&self) -> bool {
-        self.serves(OptionalApi::ServiceMonitor).await
-    }
-
     /// Forgets what was learnt, so the next question asks discovery again.
     pub fn forget(&self) {
         if let Ok(mut known) = self.known.lock() {

@@ -39,22 +39,22 @@ pub async fn generated_secret(
     generate: impl Fn() -> Result<String, Error>,
     build: impl FnOnce(&BTreeMap<String, String>) -> Secret,
 ) -> Result<BTreeMap<String, String>, Error> {
-    let mut values: BTreeMap<String, String> = match api.get_opt(name).await? {
-        Some(secret) => secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
-            .collect(),
-        None => BTreeMap::new(),
-    };
+    let current = api.get_opt(name).await?;
+    let mut values: BTreeMap<String, String> = current
+        .as_ref()
+        .and_then(|secret| secret.data.as_ref())
+        .map(|data| {
+            data.iter()
+                .filter_map(|(k, v)| String::from_utf8(v.0.clone()).ok().map(|v| (k.clone(), v)))
+                .collect()
+        })
+        .unwrap_or_default();
     let missing: Vec<&String> = keys.iter().filter(|k| !values.contains_key(*k)).collect();
     if !missing.is_empty() {
         for key in missing {
             values.insert(key.clone(), generate()?);
         }
         // Only missing keys are added; values already there are written back unchanged.
-        let current = api.get_opt(name).await?;
         apply(api, &build(&values), current.as_ref()).await?;
     }
     Ok(values)

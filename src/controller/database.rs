@@ -13,11 +13,11 @@ use kube::api::Api;
 
 use super::apply::{apply, apply_fresh, delete_unwanted};
 use super::credentials::{generated_secret, random_hex};
-use super::{Context, Error};
-use crate::api::KeyReference;
+use super::{Context, Error, observe};
+use crate::api::ConfigSource;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
 use crate::database::budget::{self, Demand};
-use crate::database::connstring;
+use crate::database::connstring::{self, ConnSettings};
 use crate::database::probe::{self, FailureKind, ProbeOptions};
 use crate::machine::Reason;
 use crate::machine::clair::ServiceRole;
@@ -117,32 +117,6 @@ pub async fn managed(
     })
 }
 
-/// One service's string from its Secret key; `Err` says what is missing.
-async fn read_key(
-    api: &Api<Secret>,
-    reference: &KeyReference,
-) -> Result<Result<String, String>, Error> {
-    let Some(secret) = api.get_opt(&reference.name).await? else {
-        return Ok(Err(format!("Secret {} does not exist", reference.name)));
-    };
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(&reference.key))
-        .map(|v| String::from_utf8(v.0.clone()));
-    Ok(match value {
-        Some(Ok(text)) => Ok(text.trim().to_string()),
-        Some(Err(_)) => Err(format!(
-            "Secret {} key {} is not UTF-8 text",
-            reference.name, reference.key
-        )),
-        None => Err(format!(
-            "Secret {} has no key {}",
-            reference.name, reference.key
-        )),
-    })
-}
-
 fn failure_reason(kind: FailureKind) -> Reason {
     match kind {
         FailureKind::Misconfigured => Reason::DatabaseMisconfigured,
@@ -160,13 +134,13 @@ pub async fn external(
     external: &ExternalDatabase,
     options: ProbeOptions,
 ) -> Result<DatabaseState, Error> {
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), input.namespace);
     let references = [
         (ServiceRole::Indexer, Some(&external.indexer)),
         (ServiceRole::Matcher, Some(&external.matcher)),
         (ServiceRole::Notifier, external.notifier.as_ref()),
     ];
     let mut strings: BTreeMap<&'static str, String> = BTreeMap::new();
+    let mut parsed: BTreeMap<&'static str, ConnSettings> = BTreeMap::new();
     let mut failures: Vec<(Reason, String)> = Vec::new();
     for (role, reference) in references {
         if !input.enabled(role) {
@@ -183,26 +157,45 @@ pub async fn external(
             ));
             continue;
         };
-        match read_key(&secrets, reference).await? {
-            Ok(text) => {
-                strings.insert(role.as_str(), text);
+        let source = ConfigSource {
+            config_map: None,
+            secret: Some(reference.clone()),
+        };
+        let text = match observe::read_source(&context.client, input.namespace, &source).await? {
+            Ok(document) => document.text.trim().to_string(),
+            Err(what) => {
+                failures.push((
+                    Reason::DatabaseMisconfigured,
+                    format!("{}: {what}", role.as_str()),
+                ));
+                continue;
             }
-            Err(what) => failures.push((
+        };
+        match connstring::parse(&text) {
+            Ok(settings) => {
+                parsed.insert(role.as_str(), settings);
+            }
+            Err(e) => failures.push((
                 Reason::DatabaseMisconfigured,
-                format!("{}: {what}", role.as_str()),
+                format!("{}: {e}", role.as_str()),
             )),
         }
+        strings.insert(role.as_str(), text);
     }
-    let checks = strings
-        .iter()
-        .map(|(role, text)| async move { (*role, probe::probe(text, options).await) });
+    let checks = parsed.iter().map(|(role, settings)| async move {
+        (
+            *role,
+            settings,
+            probe::probe_settings(settings, options).await,
+        )
+    });
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();
-    for (role, result) in futures::future::join_all(checks).await {
+    for (role, settings, result) in futures::future::join_all(checks).await {
         // The engine is where the string points, whether or not it answered.
-        let engine = connstring::parse(&strings[role])
+        let engine = settings
+            .hosts()
             .ok()
-            .and_then(|s| s.hosts().ok())
             .and_then(|hosts| hosts.first().map(|(h, p)| format!("{h}:{p}")));
         match result {
             Ok(probed) => {

@@ -329,7 +329,11 @@ async fn apply_supporting(
         }
     }
 
-    if context.capabilities.service_monitor().await {
+    if context
+        .capabilities
+        .serves(super::capabilities::OptionalApi::ServiceMonitor)
+        .await
+    {
         let resource = service_monitor_resource();
         let monitors: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &resource);

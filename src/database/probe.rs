@@ -35,8 +35,6 @@ pub struct Failure {
 /// What a successful check learnt about the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probed {
-    /// Where it connected: `host:port/dbname`.
-    pub target: String,
     /// The server's `max_connections`.
     pub max_connections: Option<u32>,
 }
@@ -64,7 +62,15 @@ pub async fn probe(connstring: &str, options: ProbeOptions) -> Result<Probed, Fa
         kind: FailureKind::Misconfigured,
         message: e.to_string(),
     })?;
-    let attempt = || probe_once(&settings, options.connect_timeout);
+    probe_settings(&settings, options).await
+}
+
+/// As [`probe`], for a connection string already parsed.
+pub async fn probe_settings(
+    settings: &ConnSettings,
+    options: ProbeOptions,
+) -> Result<Probed, Failure> {
+    let attempt = || probe_once(settings, options.connect_timeout);
     attempt
         .retry(
             ExponentialBuilder::default()
@@ -120,10 +126,7 @@ async fn probe_once(settings: &ConnSettings, timeout: Duration) -> Result<Probed
             .await
             .map_err(classify)?;
         let max_connections = row.get::<_, String>(0).parse().ok();
-        Ok(Probed {
-            target: target.clone(),
-            max_connections,
-        })
+        Ok(Probed { max_connections })
     };
     tokio::time::timeout(timeout * 2, exchange)
         .await

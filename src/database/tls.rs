@@ -2,7 +2,7 @@
 //! checking the certificate, `verify-ca` checks the chain against the system roots,
 //! `verify-full` also the host name.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -11,6 +11,19 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
 
 use super::connstring::TlsMode;
+
+/// The system's CA certificates, read from disk once per process (every check of every
+/// reconcile would otherwise read the whole store again).
+fn system_roots() -> Arc<RootCertStore> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            Arc::new(roots)
+        })
+        .clone()
+}
 
 /// A rustls client config for `mode` (`None` for `disable`).
 pub fn client_config(mode: TlsMode) -> Result<Option<ClientConfig>, String> {
@@ -26,9 +39,7 @@ pub fn client_config(mode: TlsMode) -> Result<Option<ClientConfig>, String> {
             .with_custom_certificate_verifier(Arc::new(EncryptOnly { algorithms }))
             .with_no_client_auth(),
         TlsMode::VerifyCa | TlsMode::VerifyFull => {
-            let mut roots = RootCertStore::empty();
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            let webpki = WebPkiServerVerifier::builder_with_provider(system_roots(), provider)
                 .build()
                 .map_err(|e| format!("no usable system CA certificates: {e}"))?;
             builder

@@ -5,7 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::conditions::{ConditionSpec, ConditionType as T, Reason, Status};
 use super::observation::{
-    ConfigObservation, DatabaseObservation, config_condition, database_condition, strip_link,
+    ConfigObservation, DatabaseObservation, config_condition, database_condition, not_degraded,
+    strip_link,
 };
 use super::phases::advance;
 use super::table::ObservationClass;
@@ -383,12 +384,7 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
             blocking_message.clone(),
         )
     } else {
-        ConditionSpec::new(
-            T::Degraded,
-            Status::False,
-            Reason::AsExpected,
-            "nothing is wrong",
-        )
+        not_degraded()
     };
     let ready = match phase {
         Available => ConditionSpec::new(

@@ -79,6 +79,16 @@ pub fn database_condition(subject: &str, database: &DatabaseObservation) -> Cond
     }
 }
 
+/// `Degraded=False`: what both families report while nothing is wrong.
+pub fn not_degraded() -> ConditionSpec {
+    ConditionSpec::new(
+        T::Degraded,
+        Status::False,
+        Reason::AsExpected,
+        "nothing is wrong",
+    )
+}
+
 /// A condition message without its runbook suffix, for quoting it in another.
 pub fn strip_link(message: &str) -> &str {
     message

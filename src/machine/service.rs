@@ -5,7 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::conditions::{ConditionSpec, ConditionType as T, Reason, Status};
 use super::observation::{
-    ConfigObservation, DatabaseObservation, config_condition, database_condition, strip_link,
+    ConfigObservation, DatabaseObservation, config_condition, database_condition, not_degraded,
+    strip_link,
 };
 use super::phases::advance;
 use super::table::ObservationClass;
@@ -256,12 +257,7 @@ fn conditions(phase: Phase, class: ServiceClass, s: &ServiceSnapshot) -> Vec<Con
         };
         ConditionSpec::new(T::Degraded, Status::True, blocking, message)
     } else {
-        ConditionSpec::new(
-            T::Degraded,
-            Status::False,
-            Reason::AsExpected,
-            "nothing is wrong",
-        )
+        not_degraded()
     };
     let ready = match phase {
         Available => ConditionSpec::new(

@@ -34,8 +34,8 @@ pub const PSK_ISSUERS_KEY: &str = "issuers";
 /// The JWT issuers the pre-shared key is accepted from: Quay, and `clairctl` (its default
 /// `--issuer`). Clair adds its own intraservice issuer.
 pub const PSK_ISSUERS: [&str; 2] = ["quay", "clairctl"];
-/// Where the updater CronJob mounts its config.
-const CRON_CONFIG_DIR: &str = "/config";
+/// Where the pods running `clairctl` (updater CronJob, upgrade Jobs) mount their config.
+const CLAIRCTL_CONFIG_DIR: &str = "/config";
 const IMPORT_DIR: &str = "/import";
 
 /// What the builders need to know about one `Clair`.
@@ -249,10 +249,24 @@ pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceRole) 
     object
 }
 
+/// The Clair version of an image, from its tag: `quay.io/projectquay/clair:4.9.0` → `v4.9.0`.
+/// `None` for a digest or no tag (no upgrade steps can be derived).
+pub fn image_version(image: &str) -> Option<String> {
+    let without_digest = image.split('@').next()?;
+    let last = without_digest.rsplit('/').next()?;
+    let (_, tag) = last.split_once(':')?;
+    let version = tag.strip_prefix('v').unwrap_or(tag);
+    version
+        .split('.')
+        .next()
+        .is_some_and(|major| major.parse::<u32>().is_ok())
+        .then(|| format!("v{version}"))
+}
+
 /// The shell command the updater CronJob runs: fetch and load (`export-updaters` piped into
 /// `import-updaters`), or load an export made elsewhere for air-gapped clusters.
 pub fn updater_command(input: &ClairInput) -> String {
-    let clairctl = format!("clairctl --config {CRON_CONFIG_DIR}/{ROOT_KEY}");
+    let clairctl = format!("clairctl --config {CLAIRCTL_CONFIG_DIR}/{ROOT_KEY}");
     let import = input.spec.updaters.as_ref().and_then(|u| u.import.as_ref());
     match import {
         Some(import) => {
@@ -276,9 +290,9 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// The projected config of the CronJob: the generated root and the user's drop-ins in
+/// The projected config of a `clairctl` pod: the generated root and the user's drop-ins in
 /// `config.yaml.d/`, in order, so `clairctl` merges them as the services do.
-fn cron_config_volume(input: &ClairInput) -> Volume {
+fn clairctl_config_volume(input: &ClairInput) -> Volume {
     let mut sources = vec![VolumeProjection {
         secret: Some(SecretProjection {
             name: input.config_secret_name(),
@@ -341,7 +355,7 @@ fn clairctl_pod(
     restart_policy: &str,
 ) -> PodSpec {
     let mut volumes = vec![
-        cron_config_volume(input),
+        clairctl_config_volume(input),
         Volume {
             name: "tmp".to_string(),
             empty_dir: Some(Default::default()),
@@ -351,7 +365,7 @@ fn clairctl_pod(
     let mut mounts = vec![
         VolumeMount {
             name: "config".to_string(),
-            mount_path: CRON_CONFIG_DIR.to_string(),
+            mount_path: CLAIRCTL_CONFIG_DIR.to_string(),
             read_only: Some(true),
             ..Default::default()
         },
@@ -506,7 +520,7 @@ pub fn upgrade_job(input: &ClairInput, step: UpgradeStep, version: &str) -> Job 
     let command = [
         "clairctl",
         "--config",
-        &format!("{CRON_CONFIG_DIR}/{ROOT_KEY}"),
+        &format!("{CLAIRCTL_CONFIG_DIR}/{ROOT_KEY}"),
         "admin",
         step.as_str(),
         version,
@@ -570,6 +584,21 @@ mod tests {
             matcher: "host=db user=matcher".into(),
             notifier: Some("host=db user=notifier".into()),
         }
+    }
+
+    #[test]
+    fn versions_from_tags() {
+        assert_eq!(
+            image_version("quay.io/projectquay/clair:4.9.0").as_deref(),
+            Some("v4.9.0")
+        );
+        assert_eq!(
+            image_version("registry:5000/clair:v4.8.1").as_deref(),
+            Some("v4.8.1")
+        );
+        assert_eq!(image_version("registry:5000/clair"), None);
+        assert_eq!(image_version("clair:latest"), None);
+        assert_eq!(image_version("clair@sha256:abc"), None);
     }
 
     #[test]

@@ -400,11 +400,6 @@ pub fn statefulset(input: &ClairInput, managed: &ManagedDatabase, engine: &Engin
     }
 }
 
-/// The name of the claim the StatefulSet controller makes for `engine`.
-pub fn claim_name(engine: &Engine) -> String {
-    format!("data-{}-0", engine.name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
