@@ -618,7 +618,17 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
         !described.contains(PASSWORD) && !described.contains("not-the-password"),
         "kubectl describe shows a password"
     );
+    // Nor does the operator's log (debug level for the operator's own modules).
+    ensure!(
+        !operator_log_contains(env, PASSWORD)? && !operator_log_contains(env, "not-the-password")?,
+        "the operator logged a password"
+    );
     Ok(())
+}
+
+fn operator_log_contains(env: &TestEnv, text: &str) -> anyhow::Result<bool> {
+    let log = std::fs::read_to_string(env.plane.dir().join("logs/operator.log"))?;
+    Ok(log.contains(text))
 }
 
 pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
@@ -848,6 +858,10 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
     ensure!(
         secret_text(&secrets.get("clair-database").await?, "matcher-password")? == matcher_password,
         "the database passwords were deleted with the Clair"
+    );
+    ensure!(
+        !operator_log_contains(env, &matcher_password)?,
+        "the operator logged a generated password"
     );
     volumes
         .delete(&volume.name_any(), &DeleteParams::default())
