@@ -13,6 +13,8 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
+use crate::render::pod::PodUsers;
+
 const RECHECK: Duration = Duration::from_secs(60);
 
 /// An optional API the operator uses when the cluster serves it.
@@ -24,13 +26,17 @@ pub enum OptionalApi {
     Route,
     /// `gateway.networking.k8s.io/v1` HTTPRoute (Gateway API).
     HttpRoute,
+    /// `security.openshift.io/v1` SecurityContextConstraints: OpenShift assigns pods their
+    /// users, so the operator names none.
+    SecurityContextConstraints,
 }
 
 impl OptionalApi {
-    pub const ALL: [OptionalApi; 3] = [
+    pub const ALL: [OptionalApi; 4] = [
         OptionalApi::ServiceMonitor,
         OptionalApi::Route,
         OptionalApi::HttpRoute,
+        OptionalApi::SecurityContextConstraints,
     ];
 
     fn group_version(self) -> &'static str {
@@ -38,6 +44,7 @@ impl OptionalApi {
             OptionalApi::ServiceMonitor => "monitoring.coreos.com/v1",
             OptionalApi::Route => "route.openshift.io/v1",
             OptionalApi::HttpRoute => "gateway.networking.k8s.io/v1",
+            OptionalApi::SecurityContextConstraints => "security.openshift.io/v1",
         }
     }
 
@@ -46,6 +53,7 @@ impl OptionalApi {
             OptionalApi::ServiceMonitor => "servicemonitors",
             OptionalApi::Route => "routes",
             OptionalApi::HttpRoute => "httproutes",
+            OptionalApi::SecurityContextConstraints => "securitycontextconstraints",
         }
     }
 
@@ -89,6 +97,15 @@ impl Capabilities {
             known.insert(api, (served, Instant::now()));
         }
         served
+    }
+
+    /// Who picks the pods' users on this cluster.
+    pub async fn pod_users(&self) -> PodUsers {
+        if self.serves(OptionalApi::SecurityContextConstraints).await {
+            PodUsers::AssignedByPlatform
+        } else {
+            PodUsers::Numeric
+        }
     }
 
     /// Forgets what was learnt, so the next question asks discovery again.

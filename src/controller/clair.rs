@@ -273,6 +273,7 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         namespace: &namespace,
         owner,
         spec: &object.spec,
+        users: context.capabilities.pod_users().await,
     };
 
     // Credentials the config needs, generated once.

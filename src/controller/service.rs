@@ -168,6 +168,7 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
             .as_ref()
             .and_then(|d| d.spec.as_ref())
             .and_then(|s| s.replicas),
+        users: context.capabilities.pod_users().await,
     };
     // Render now: whether the desired pod template differs from the running one is part of
     // what the machine observes (a rollout starts with this reconcile).

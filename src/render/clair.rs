@@ -16,7 +16,7 @@ use kube::Resource;
 use serde_json::{Value, json};
 
 use super::labels;
-use super::pod::{restricted_container, restricted_pod};
+use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
 use crate::api::clair::{ServiceOverrides, UpdaterMode};
 use crate::api::keys;
@@ -45,6 +45,8 @@ pub struct ClairInput<'a> {
     /// The controller owner reference to the `Clair`.
     pub owner: OwnerReference,
     pub spec: &'a ClairSpec,
+    /// Whether pods name their user or the platform assigns one.
+    pub users: PodUsers,
 }
 
 /// Each service's connection string.
@@ -136,6 +138,7 @@ impl<'a> ClairInput<'a> {
             namespace: "scan",
             owner: OwnerReference::default(),
             spec,
+            users: PodUsers::Numeric,
         }
     }
 }
@@ -397,7 +400,7 @@ fn clairctl_pod(
         restart_policy: Some(restart_policy.to_string()),
         containers: vec![container],
         volumes: Some(volumes),
-        ..restricted_pod()
+        ..restricted_pod(input.users, CLAIR_UID)
     }
 }
 

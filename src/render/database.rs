@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodTemplateSpec, Probe,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodTemplateSpec, Probe,
     Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::clair::{ClairInput, ConnStrings};
 use super::labels;
-use super::pod::{restricted_container, restricted_pod};
+use super::pod::{POSTGRES_UID, restricted_container, restricted_pod};
 use crate::api::clair::ManagedDatabase;
 use crate::database::connstring;
 use crate::machine::clair::ServiceRole;
@@ -29,8 +29,6 @@ pub const DEFAULT_IMAGE: &str = "docker.io/library/postgres:17";
 pub const DEFAULT_MAX_CONNECTIONS: i32 = 200;
 const DEFAULT_SIZE: &str = "50Gi";
 const PORT: i32 = 5432;
-/// The official image's `postgres` user.
-const POSTGRES_UID: i64 = 999;
 /// The superuser's key in the passwords Secret; each role's is `ROLE-password`.
 pub const SUPERUSER_KEY: &str = "postgres-password";
 pub const COMPONENT: &str = "database";
@@ -341,7 +339,7 @@ pub fn statefulset(input: &ClairInput, managed: &ManagedDatabase, engine: &Engin
         empty_dir: Some(Default::default()),
         ..Default::default()
     };
-    let restricted = restricted_pod();
+    let restricted = restricted_pod(input.users, POSTGRES_UID);
     StatefulSet {
         metadata: input.metadata(engine.name.clone(), COMPONENT),
         spec: Some(StatefulSetSpec {
@@ -385,12 +383,6 @@ pub fn statefulset(input: &ClairInput, managed: &ManagedDatabase, engine: &Engin
                         empty_dir("run"),
                         empty_dir("tmp"),
                     ]),
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(POSTGRES_UID),
-                        run_as_group: Some(POSTGRES_UID),
-                        fs_group: Some(POSTGRES_UID),
-                        ..restricted.security_context.unwrap_or_default()
-                    }),
                     ..restricted
                 }),
             },

@@ -1,5 +1,5 @@
 //! Pod and container settings every workload the operator runs shares: what the
-//! `restricted` Pod Security Standard asks for.
+//! `restricted` Pod Security Standard asks for, and the user the pod runs as.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
@@ -23,11 +23,34 @@ pub fn restricted_container() -> Container {
     }
 }
 
-/// A pod that runs as non-root under the runtime's default seccomp profile.
-pub fn restricted_pod() -> PodSpec {
+/// Who picks the numeric user a pod runs as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodUsers {
+    /// Plain Kubernetes: the operator names the image's user by number. With
+    /// `runAsNonRoot` and an image whose `USER` is a name (Clair's is `nobody`), the kubelet
+    /// cannot verify the user is not root and refuses to start the container.
+    #[default]
+    Numeric,
+    /// OpenShift: the restricted SecurityContextConstraints assign a user from the
+    /// namespace's range, and refuse a pod that asks for one outside it.
+    AssignedByPlatform,
+}
+
+/// The user `nobody` of Clair's image.
+pub const CLAIR_UID: i64 = 65534;
+/// The user `postgres` of the postgres image.
+pub const POSTGRES_UID: i64 = 999;
+
+/// A pod that runs as non-root under the runtime's default seccomp profile; as `uid` (user
+/// and group, and the group owning its volumes) unless the platform assigns users.
+pub fn restricted_pod(users: PodUsers, uid: i64) -> PodSpec {
+    let numeric = (users == PodUsers::Numeric).then_some(uid);
     PodSpec {
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
+            run_as_user: numeric,
+            run_as_group: numeric,
+            fs_group: numeric,
             seccomp_profile: Some(SeccompProfile {
                 type_: "RuntimeDefault".to_string(),
                 ..Default::default()
@@ -35,5 +58,28 @@ pub fn restricted_pod() -> PodSpec {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_kubernetes_gets_the_images_user_by_number_and_openshift_none() {
+        let plain = restricted_pod(PodUsers::Numeric, CLAIR_UID)
+            .security_context
+            .unwrap();
+        assert_eq!(plain.run_as_user, Some(65534));
+        assert_eq!(plain.run_as_group, Some(65534));
+        assert_eq!(plain.fs_group, Some(65534));
+        assert_eq!(plain.run_as_non_root, Some(true));
+        let openshift = restricted_pod(PodUsers::AssignedByPlatform, POSTGRES_UID)
+            .security_context
+            .unwrap();
+        assert_eq!(openshift.run_as_user, None);
+        assert_eq!(openshift.run_as_group, None);
+        assert_eq!(openshift.fs_group, None);
+        assert_eq!(openshift.run_as_non_root, Some(true));
     }
 }

@@ -24,7 +24,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
 use super::labels;
-use super::pod::{restricted_container, restricted_pod};
+use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
 use crate::api::{DEFAULT_IMAGE, ServiceSpec};
 
 pub const API_PORT: i32 = 6060;
@@ -50,6 +50,8 @@ pub struct ServiceInput<'a> {
     /// The running Deployment's replica count, if any: kept as it is while an autoscaler
     /// owns the count.
     pub current_replicas: Option<i32>,
+    /// Whether the pods name their user or the platform assigns one.
+    pub users: PodUsers,
 }
 
 /// A validated, merged config, frozen into an immutable Secret that the pods mount. The
@@ -261,7 +263,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                     tolerations: non_empty_vec(&pod.tolerations),
                     affinity: pod.affinity.clone(),
                     topology_spread_constraints: non_empty_vec(&pod.topology_spread_constraints),
-                    ..restricted_pod()
+                    ..restricted_pod(input.users, CLAIR_UID)
                 }),
             },
             ..Default::default()
@@ -421,6 +423,7 @@ mod tests {
             },
             spec,
             current_replicas: None,
+            users: PodUsers::Numeric,
         }
     }
 

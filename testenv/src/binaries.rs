@@ -32,12 +32,40 @@ pub fn clair_binaries() -> Result<PathBuf> {
     build("tools/clair/build.sh")
 }
 
+/// The CoreDNS binary (only the plugins the real node uses), built on first use by
+/// `tools/coredns/build.sh` from the Go module proxy and cached.
+pub fn coredns_binary() -> Result<PathBuf> {
+    Ok(build("tools/coredns/build.sh")?.join("coredns"))
+}
+
+/// The image archives a real node imports, built by `tools/images/build.sh` (cached).
+pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf>> {
+    let args: Vec<String> = images
+        .clair
+        .iter()
+        .map(|(dir, version)| format!("{}={version}", dir.display()))
+        .collect();
+    let dir = build_with("tools/images/build.sh", &args)?;
+    let archives = std::fs::read_dir(&dir)
+        .map_err(|e| Error::Build(format!("cannot read {}: {e}", dir.display())))?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "tar"))
+        .collect();
+    Ok(archives)
+}
+
 /// Runs a build script of the repository (build output to standard error as it happens)
 /// and returns the folder it prints on its last line.
 fn build(script: &str) -> Result<PathBuf> {
+    build_with(script, &[])
+}
+
+fn build_with(script: &str, args: &[String]) -> Result<PathBuf> {
     let script = repo_root().join(script);
     let output = Command::new("bash")
         .arg(&script)
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

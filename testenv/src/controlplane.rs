@@ -13,7 +13,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
 
-use crate::binaries::Binaries;
+use crate::binaries::{Binaries, build_images, coredns_binary};
+use crate::node::{NODE_NAME, NodeInputs, RealNode};
 use crate::pki;
 use crate::process::Process;
 use crate::{Error, Result, io_error};
@@ -28,6 +29,17 @@ pub struct Options {
     pub users: Vec<String>,
     /// Keep the folder (logs, kubeconfigs, etcd data) after stopping.
     pub keep_dir: bool,
+    /// Also start a real node (containerd, kubelet, kube-proxy, CoreDNS) where containers
+    /// truly run, with these images imported. One per machine at a time: a second waits.
+    pub real_node: Option<RealNodeImages>,
+}
+
+/// The images a real node imports: Clair's at the versions given (each a folder holding
+/// `clair` and `clairctl`, with the tag to import it under), plus PostgreSQL and the pod
+/// sandbox, built by `tools/images/build.sh`.
+#[derive(Clone, Debug, Default)]
+pub struct RealNodeImages {
+    pub clair: Vec<(PathBuf, String)>,
 }
 
 impl Default for Options {
@@ -36,6 +48,7 @@ impl Default for Options {
             nodes: 2,
             users: vec!["alice".to_string(), "bob".to_string()],
             keep_dir: std::env::var_os("CLAIR_TESTENV_KEEP").is_some(),
+            real_node: None,
         }
     }
 }
@@ -48,11 +61,15 @@ pub struct ControlPlane {
     server: String,
     ca_cert: String,
     tokens: Vec<(String, String)>,
+    // Stopped first, while the apiserver still answers.
+    node: Option<RealNode>,
     // Stopped in reverse start order: kwok first, etcd last.
     processes: Vec<Process>,
 }
 
 const ADMIN: &str = "admin";
+/// The real node's components (kubelet, kube-proxy, CoreDNS) act as this user.
+const NODE_USER: &str = "node";
 /// The identity the operator runs as in tests and local runs (group `system:masters`), so
 /// the audit log tells its requests apart from everyone else's.
 pub const OPERATOR: &str = "clair-operator";
@@ -87,6 +104,10 @@ impl ControlPlane {
             .build()
             .map_err(io_error("start a runtime"))?;
         runtime.block_on(plane.launch(options.nodes))?;
+        if let Some(images) = &options.real_node {
+            plane.start_real_node(images)?;
+            runtime.block_on(plane.wait_for_real_node())?;
+        }
         Ok(plane)
     }
 
@@ -99,12 +120,15 @@ impl ControlPlane {
             ("apiserver.key", &pki.serving_key),
             ("sa.key", &pki.service_account_key),
             ("sa.pub", &pki.service_account_public_key),
+            ("kubelet-client.crt", &pki.kubelet_client_cert),
+            ("kubelet-client.key", &pki.kubelet_client_key),
         ] {
             write(&dir.join(name), text)?;
         }
         let mut tokens = vec![
             (ADMIN.to_string(), random_token()?),
             (OPERATOR.to_string(), random_token()?),
+            (NODE_USER.to_string(), random_token()?),
         ];
         for user in &options.users {
             tokens.push((user.clone(), random_token()?));
@@ -112,7 +136,7 @@ impl ControlPlane {
         let csv: String = tokens
             .iter()
             .map(|(user, token)| {
-                let groups = if user == ADMIN || user == OPERATOR {
+                let groups = if user == ADMIN || user == OPERATOR || user == NODE_USER {
                     "system:masters"
                 } else {
                     ""
@@ -130,6 +154,7 @@ impl ControlPlane {
             server: String::new(),
             ca_cert: pki.ca_cert,
             tokens,
+            node: None,
             processes: Vec::new(),
         })
     }
@@ -195,6 +220,11 @@ impl ControlPlane {
                 "--endpoint-reconciler-type=none".into(),
                 "--enable-priority-and-fairness=false".into(),
                 "--profiling=false".into(),
+                // Logs, exec and port-forward on a real node: by its address, with a client
+                // certificate the kubelet trusts.
+                format!("--kubelet-client-certificate={}", path("kubelet-client.crt")),
+                format!("--kubelet-client-key={}", path("kubelet-client.key")),
+                "--kubelet-preferred-address-types=InternalIP".into(),
                 // Every write, one JSON line each: tests count who wrote what.
                 format!("--audit-policy-file={}", path("audit-policy.json")),
                 format!("--audit-log-path={}", path("logs/audit.log")),
@@ -248,7 +278,8 @@ impl ControlPlane {
             "kwok",
             vec![
                 format!("--kubeconfig={admin}"),
-                "--manage-all-nodes=true".into(),
+                // Only the fake nodes: a real node beside them runs its own kubelet.
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
                 "--cidr=10.0.1.0/24".into(),
                 "--node-ip=127.0.0.1".into(),
                 format!("--server-address=127.0.0.1:{kwok_port}"),
@@ -279,6 +310,37 @@ impl ControlPlane {
         Ok(())
     }
 
+    fn start_real_node(&mut self, images: &RealNodeImages) -> Result<()> {
+        let archives = build_images(images)?;
+        let coredns = coredns_binary()?;
+        let kubeconfig = self.kubeconfig_path(NODE_USER);
+        let client_ca = self.dir.join("ca.crt");
+        let node = RealNode::start(NodeInputs {
+            dir: &self.dir,
+            binaries: &self.binaries,
+            kubeconfig: &kubeconfig,
+            client_ca: &client_ca,
+            images: &archives,
+            coredns: &coredns,
+        })?;
+        self.node = Some(node);
+        Ok(())
+    }
+
+    async fn wait_for_real_node(&mut self) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.client().await?);
+        self.wait_for("the real node to become Ready", || {
+            let nodes = nodes.clone();
+            async move { Ok(nodes.get_opt(NODE_NAME).await?.as_ref().is_some_and(node_ready)) }
+        })
+        .await
+    }
+
+    /// The real node, when [`Options::real_node`] asked for one.
+    pub fn real_node(&self) -> Option<&RealNode> {
+        self.node.as_ref()
+    }
+
     fn spawn(&mut self, name: &str, args: Vec<String>) -> Result<()> {
         let process = Process::spawn(
             name,
@@ -291,6 +353,9 @@ impl ControlPlane {
     }
 
     fn check_processes(&mut self) -> Result<()> {
+        if let Some(node) = self.node.as_mut() {
+            node.check_running()?;
+        }
         self.processes
             .iter_mut()
             .try_for_each(Process::check_running)
@@ -431,6 +496,9 @@ impl ControlPlane {
     /// Stops every process (kwok first, etcd last) and removes the folder unless asked to
     /// keep it.
     pub fn stop(&mut self) {
+        if let Some(mut node) = self.node.take() {
+            node.stop();
+        }
         while let Some(mut process) = self.processes.pop() {
             process.stop();
         }

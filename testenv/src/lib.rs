@@ -1,18 +1,23 @@
 //! A real Kubernetes control plane on loopback for clair-operator's tests and local runs:
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake nodes whose
 //! pods become Running and Ready without a container runtime), built at pinned versions by
-//! `tools/controlplane/build.sh` and started in a temporary folder on free ports.
+//! `tools/controlplane/build.sh` and started in a temporary folder on free ports; and, when
+//! asked, one real node (containerd, kubelet, kube-proxy, CoreDNS) where containers run.
 
 mod binaries;
 pub use binaries::repo_root;
 mod controlplane;
+mod host;
+mod node;
 mod pki;
 mod postgres;
 mod process;
 
 pub use binaries::Binaries;
 pub use binaries::clair_binaries;
-pub use controlplane::{ControlPlane, OPERATOR, Options};
+pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};
+pub use host::{NODE_IP, POD_CIDR};
+pub use node::{NODE_NAME, RealNode};
 pub use postgres::Postgres;
 pub use process::Process;
 

@@ -1,5 +1,5 @@
 //! Certificates for the control plane: a CA, the apiserver's serving certificate for
-//! loopback, and the service-account signing key.
+//! loopback, its client certificate towards kubelets, and the service-account signing key.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
@@ -11,6 +11,9 @@ pub(crate) struct Pki {
     pub serving_key: String,
     pub service_account_key: String,
     pub service_account_public_key: String,
+    /// The apiserver's client certificate towards kubelets (logs, exec, port-forward).
+    pub kubelet_client_cert: String,
+    pub kubelet_client_key: String,
 }
 
 pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
@@ -41,8 +44,21 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
         .push(DnType::CommonName, "kube-apiserver");
     let serving_cert = serving_params.signed_by(&serving_key, &issuer)?;
 
+    let kubelet_client_key = KeyPair::generate()?;
+    let mut kubelet_client = CertificateParams::new(Vec::<String>::new())?;
+    kubelet_client
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+    kubelet_client
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:masters");
+    kubelet_client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let kubelet_client_cert = kubelet_client.signed_by(&kubelet_client_key, &issuer)?;
+
     let service_account = KeyPair::generate()?;
     Ok(Pki {
+        kubelet_client_cert: kubelet_client_cert.pem(),
+        kubelet_client_key: kubelet_client_key.serialize_pem(),
         ca_cert: ca_cert_pem,
         ca_key: ca_key_pem,
         serving_cert: serving_cert.pem(),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok) from the Go module proxy with the machine's Go, into a cache outside
+# kube-scheduler, kubectl, kwok, and the real node's kubelet and kube-proxy) from the Go module proxy with the machine's Go, into a cache outside
 # the work tree, once per version. Prints the folder holding them on its last line.
 #
 #   CLAIR_OPERATOR_CACHE   cache root (default ~/.cache/clair-operator)
@@ -48,7 +48,8 @@ build() { # build MODULE_DIR OUTPUT PACKAGE [LDFLAGS]
 minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
 k8s_ldflags="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 build etcd etcd .
-for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+# kubelet and kube-proxy run the real node (testenv's node.rs); the rest the control plane.
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
   build kubernetes "$c" "k8s.io/kubernetes/cmd/$c" "$k8s_ldflags"
 done
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"

@@ -1,0 +1,336 @@
+//! The host state a real node changes outside its own folder, put back afterwards.
+//!
+//! A kubelet, containerd, the CNI bridge plugin and kube-proxy write to fixed places on the
+//! host: sysctls, iptables chains, a link and an address, network namespaces, cgroups, a few
+//! folders under `/var` and `/run`. One real node runs per machine at a time (an exclusive
+//! lock on [`STATE_DIR`]), and what it changes is recorded there first, so the next start
+//! (after a crash as much as after a clean stop) can sweep leftovers and restore the values.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::{Error, Result, io_error};
+
+/// Fixed, because what it guards is fixed: one real node per machine.
+pub const STATE_DIR: &str = "/run/clair-testenv-node";
+/// The node's address, on `lo`: the kubelet refuses a loopback node IP, and logs, exec and
+/// port-forward need one the apiserver can reach. Pods reach host services listening on it.
+pub const NODE_IP: &str = "10.77.0.1";
+/// The pods' addresses: one bridge, one /24, the bridge's gateway `.1`.
+pub const POD_CIDR: &str = "10.244.77.0/24";
+pub const BRIDGE: &str = "cni-clair0";
+/// Our own iptables chain: pods may talk to each other, to Services and to the host, and to
+/// nothing else (tests send no traffic off the machine).
+pub const EGRESS_CHAIN: &str = "CLAIR-TESTENV-EGRESS";
+
+/// Sysctls the kubelet, kube-proxy and the node set: saved before, restored after.
+const SYSCTLS: &[&str] = &[
+    "vm/overcommit_memory",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+    "net/ipv4/ip_forward",
+    "net/ipv4/conf/all/route_localnet",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/bridge/bridge-nf-call-ip6tables",
+    "net/netfilter/nf_conntrack_max",
+];
+
+/// Folders the kubelet and containerd create at fixed paths; removed afterwards when they
+/// did not exist before the first node started.
+const FIXED_DIRS: &[&str] = &[
+    "/var/lib/kubelet",
+    "/var/log/containers",
+    "/var/log/pods",
+    "/run/containerd",
+    "/var/run/netns",
+];
+
+/// The lock and the record of what to restore. Dropping it releases the lock (the sweep is
+/// [`HostState::restore`], called by the node's stop).
+pub struct HostState {
+    _lock: File,
+    dir: PathBuf,
+}
+
+impl HostState {
+    /// Takes the machine's node lock (waiting for another node to stop), sweeps what an
+    /// earlier node left behind, and records the values to restore.
+    pub fn acquire() -> Result<Self> {
+        let dir = PathBuf::from(STATE_DIR);
+        std::fs::create_dir_all(&dir).map_err(io_error(format!("create {STATE_DIR}")))?;
+        let lock = File::create(dir.join("lock")).map_err(io_error("create the node lock"))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io_error("lock the node")(std::io::Error::last_os_error()));
+        }
+        let state = Self { _lock: lock, dir };
+        // A record left by an earlier node means it did not stop cleanly: put back what it
+        // saved before taking a new record.
+        if state.dir.join("sysctls").exists() {
+            tracing::warn!("an earlier real node did not stop cleanly: sweeping what it left");
+            state.restore(&[]);
+        }
+        state.record()?;
+        Ok(state)
+    }
+
+    fn record(&self) -> Result<()> {
+        let sysctls: String = SYSCTLS
+            .iter()
+            .filter_map(|key| {
+                let value = std::fs::read_to_string(Path::new("/proc/sys").join(key)).ok()?;
+                Some(format!("{key}={}\n", value.trim()))
+            })
+            .collect();
+        let absent: String = FIXED_DIRS
+            .iter()
+            .filter(|dir| !Path::new(dir).exists())
+            .map(|dir| format!("{dir}\n"))
+            .collect();
+        std::fs::write(self.dir.join("absent-dirs"), absent)
+            .map_err(io_error("record the node's folders"))?;
+        // Written last: its presence says the record is complete.
+        std::fs::write(self.dir.join("sysctls"), sysctls)
+            .map_err(io_error("record the node's sysctls"))
+    }
+
+    /// Puts the host back: kills every process left in the pods' cgroups and every shim,
+    /// unmounts what is mounted under the node's folders, removes network namespaces,
+    /// cgroups, iptables chains, the bridge and the node address, the fixed folders that
+    /// did not exist before, and restores the sysctls. Best effort: each step goes on when
+    /// one fails, and a failure is logged.
+    pub fn restore(&self, node_dirs: &[&Path]) {
+        kill_pod_processes();
+        kill_shims();
+        let mut prefixes: Vec<PathBuf> = node_dirs.iter().map(|d| d.to_path_buf()).collect();
+        prefixes.extend(
+            ["/run/containerd", "/var/run/netns", "/run/netns", "/var/lib/kubelet"]
+                .map(PathBuf::from),
+        );
+        unmount_under(&prefixes);
+        remove_pod_cgroups();
+        for family in ["iptables", "ip6tables"] {
+            drop_chains(family);
+        }
+        run_quiet("ip", &["link", "delete", BRIDGE]);
+        run_quiet("ip", &["address", "delete", &format!("{NODE_IP}/32"), "dev", "lo"]);
+        let absent = std::fs::read_to_string(self.dir.join("absent-dirs")).unwrap_or_default();
+        for dir in absent.lines().filter(|l| !l.is_empty()) {
+            if let Err(e) = std::fs::remove_dir_all(dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot remove {dir}: {e}");
+            }
+        }
+        let sysctls = std::fs::read_to_string(self.dir.join("sysctls")).unwrap_or_default();
+        for line in sysctls.lines() {
+            if let Some((key, value)) = line.split_once('=') {
+                let _ = std::fs::write(Path::new("/proc/sys").join(key), value);
+            }
+        }
+        let _ = std::fs::remove_file(self.dir.join("sysctls"));
+        let _ = std::fs::remove_file(self.dir.join("absent-dirs"));
+    }
+}
+
+/// Sets a sysctl (`net/ipv4/ip_forward` form).
+pub fn set_sysctl(key: &str, value: &str) -> Result<()> {
+    std::fs::write(Path::new("/proc/sys").join(key), value)
+        .map_err(io_error(format!("set sysctl {key}")))
+}
+
+/// The cgroup hierarchies mounted on this host (cgroup v1: one per controller; v2: one).
+fn cgroup_roots() -> Vec<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() > 2 && (fields[2] == "cgroup" || fields[2] == "cgroup2"))
+                .then(|| PathBuf::from(fields[1]))
+        })
+        .collect()
+}
+
+/// Every cgroup folder below `kubepods` in every hierarchy, deepest first.
+fn pod_cgroups() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&entry.path(), out);
+                }
+            }
+        }
+        out.push(dir.to_path_buf());
+    }
+    let mut out = Vec::new();
+    for root in cgroup_roots() {
+        let pods = root.join("kubepods");
+        if pods.is_dir() {
+            walk(&pods, &mut out);
+        }
+    }
+    out
+}
+
+fn kill_pod_processes() {
+    for _ in 0..50 {
+        let mut found = false;
+        for cgroup in pod_cgroups() {
+            let procs = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                found = true;
+                // SAFETY: signalling a process id read from the pods' cgroup.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    tracing::warn!("processes remain in the pods' cgroups");
+}
+
+/// containerd's shims outlive containerd itself: find them by name and kill them.
+fn kill_shims() {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let first = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        if first.ends_with(b"containerd-shim-runc-v2") || first.ends_with(b"containerd-shim") {
+            // SAFETY: signalling a shim process found by its command line.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Unmounts (lazily, deepest first) every mount point below one of `prefixes`.
+fn unmount_under(prefixes: &[PathBuf]) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(4).map(unescape_mount))
+        .filter(|point| prefixes.iter().any(|p| Path::new(point).starts_with(p)))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    points.dedup();
+    for point in points {
+        if let Ok(c) = std::ffi::CString::new(point.as_str()) {
+            // SAFETY: a valid NUL-terminated path.
+            unsafe {
+                libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+    }
+}
+
+/// `/proc/self/mountinfo` escapes spaces and the like as `\NNN` (octal).
+fn unescape_mount(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && let Ok(v) = u8::from_str_radix(&field[i + 1..i + 4], 8)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn remove_pod_cgroups() {
+    for cgroup in pod_cgroups() {
+        let _ = std::fs::remove_dir(&cgroup);
+    }
+}
+
+/// Drops every rule and chain named `KUBE-…`, `CNI-…` or ours from every table, keeping
+/// everything else: the table is saved, filtered and restored whole, so it is atomic.
+fn drop_chains(family: &str) {
+    for table in ["filter", "nat", "mangle"] {
+        let Ok(saved) = Command::new(format!("{family}-save"))
+            .args(["-t", table])
+            .stderr(Stdio::null())
+            .output()
+        else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&saved.stdout);
+        if !text.contains("KUBE-") && !text.contains("CNI-") && !text.contains(EGRESS_CHAIN) {
+            continue;
+        }
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.contains("KUBE-") && !l.contains("CNI-") && !l.contains(EGRESS_CHAIN))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let restored = Command::new(format!("{family}-restore"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                if let Some(mut stdin) = child.stdin.take() {
+                    stdin.write_all(kept.as_bytes())?;
+                }
+                child.wait_with_output()
+            });
+        match restored {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => tracing::warn!(
+                "{family}-restore -t {table}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => tracing::warn!("{family}-restore -t {table}: {e}"),
+        }
+    }
+}
+
+/// Runs a command, ignoring its output and failure (for clean-up steps that may find
+/// nothing to do).
+pub(crate) fn run_quiet(program: &str, args: &[&str]) {
+    let _ = Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Runs a command and fails with its output when it fails.
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<()> {
+    let output = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_error(format!("run {program}")))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(Error::Missing(format!(
+        "{program} {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
+}

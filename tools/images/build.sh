@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Builds the container images the real-node tests import into containerd, without any
+# registry, under exactly the names the operator renders:
+#   quay.io/projectquay/clair:VERSION  clair + clairctl laid out as Clair's official image
+#                                      (ENTRYPOINT /usr/bin/clair, USER nobody:nobody with
+#                                      nobody = 65534 in /etc/passwd, CA certificates, /bin/sh)
+#   docker.io/library/postgres:17      a stand-in from Debian's PostgreSQL packages that
+#                                      honours the official image's entrypoint contract
+#   registry.k8s.io/pause:3.10         the pod sandbox (a static C program)
+# Each image is an OCI layout made with umoci, saved as a docker-archive with skopeo, cached
+# by a hash of its inputs. Prints the folder of archives (NAME.tar) on its last line.
+#
+#   build.sh CLAIR_BIN_DIR[=VERSION] ...   one Clair image per folder (clair, clairctl inside);
+#                                          VERSION defaults to the binary's own
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+die() { echo "images/build.sh: $*" >&2; exit 1; }
+for tool in umoci skopeo gcc busybox; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is missing: run scripts/install-deps (Debian packages umoci, skopeo, gcc, busybox-static)"
+done
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -n "$pg_bin" ] || die "PostgreSQL server binaries are missing: run scripts/install-deps"
+pg_major=$(basename "$(dirname "$pg_bin")")
+
+cache=${CLAIR_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clair-operator}
+out="$cache/images"
+mkdir -p "$out"
+exec 9>"$out/.lock"
+flock 9
+
+# A folder tree as a one-layer image. image NAME:TAG ROOTFS [umoci config flags...]
+image() {
+  local ref=$1 rootfs=$2; shift 2
+  local file="$out/$(echo "$ref" | tr '/:' '__').tar"
+  local key; key=$( (cd "$rootfs" && find . -printf '%p %m %s %U\n' | sort && find . -type f -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
+  key="$key-$(echo "$*" | sha256sum | cut -c1-8)"
+  if [ -s "$file" ] && [ "$(cat "$file.key" 2>/dev/null)" = "$key" ]; then echo "$file"; return; fi
+  echo "images/build.sh: building $ref" >&2
+  local work; work=$(mktemp -d)
+  umoci init --layout "$work/oci" >/dev/null
+  umoci new --image "$work/oci:img" >/dev/null
+  umoci insert --image "$work/oci:img" "$rootfs" / >/dev/null
+  umoci config --image "$work/oci:img" --os linux --architecture amd64 "$@" >/dev/null
+  rm -f "$file.tmp"
+  skopeo copy --quiet "oci:$work/oci:img" "docker-archive:$file.tmp:$ref" >/dev/null
+  mv "$file.tmp" "$file"
+  echo "$key" >"$file.key"
+  rm -rf "$work"
+  echo "$file"
+}
+
+# Copies binaries and the shared libraries they load into ROOTFS at the same paths.
+copy_with_libs() {
+  local rootfs=$1; shift
+  local f lib
+  for f in "$@"; do
+    mkdir -p "$rootfs$(dirname "$f")"
+    cp -aL "$f" "$rootfs$f"
+    ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | while read -r lib; do
+      [ -e "$rootfs$lib" ] && continue
+      mkdir -p "$rootfs$(dirname "$lib")"
+      cp -aL "$lib" "$rootfs$lib"
+    done
+  done
+}
+
+# Files every image shares: users, CA certificates, a shell, scratch folders.
+base_rootfs() { # base_rootfs DIR USER_LINE GROUP_LINE
+  local root=$1
+  mkdir -p "$root"/{etc/ssl/certs,bin,tmp,var/tmp,run}
+  chmod 1777 "$root/tmp" "$root/var/tmp"
+  printf 'root:x:0:0:root:/root:/bin/sh\n%s\n' "$2" >"$root/etc/passwd"
+  printf 'root:x:0:\n%s\n' "$3" >"$root/etc/group"
+  cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The pod sandbox.
+mkdir -p "$work/pause"
+gcc -static -Os -o "$work/pause/pause" "$here/pause.c"
+strip "$work/pause/pause"
+image registry.k8s.io/pause:3.10 "$work/pause" --config.entrypoint /pause --config.user 65535:65535 >/dev/null
+
+# Clair, as its official Dockerfile lays it out.
+for spec in "$@"; do
+  dir=${spec%%=*}
+  version=${spec#*=}
+  [ "$version" = "$spec" ] && version=$("$dir/clair" -version 2>/dev/null | tr -d 'v\n' || true)
+  [ -x "$dir/clair" ] && [ -x "$dir/clairctl" ] || die "$dir holds no clair and clairctl: build them with tools/clair/build.sh"
+  [ -n "$version" ] || die "cannot tell the version of $dir/clair"
+  root="$work/clair-$version"
+  base_rootfs "$root" 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' 'nobody:x:65534:'
+  mkdir -p "$root/usr/bin" "$root/config"
+  cp "$dir/clair" "$dir/clairctl" "$root/usr/bin/"
+  cp "$(command -v busybox)" "$root/bin/busybox"
+  for applet in sh cat ls wget; do ln -s busybox "$root/bin/$applet"; done
+  image "quay.io/projectquay/clair:$version" "$root" \
+    --config.entrypoint /usr/bin/clair \
+    --config.env CLAIR_CONF=/config/config.yaml --config.env CLAIR_MODE=combo \
+    --config.env SSL_CERT_DIR=/etc/ssl/certs:/etc/pki/tls/certs:/var/run/certs \
+    --config.env PATH=/usr/bin:/bin \
+    --config.user nobody:nobody --config.workingdir /run \
+    --config.exposedports 6060/tcp --config.exposedports 6061/tcp --config.volume /config >/dev/null
+done
+
+# PostgreSQL from Debian's packages, behind the official image's entrypoint contract.
+root="$work/postgres"
+base_rootfs "$root" 'postgres:x:999:999:PostgreSQL:/var/lib/postgresql:/bin/bash' 'postgres:x:999:'
+copy_with_libs "$root" /bin/bash "$pg_bin"/{postgres,initdb,pg_ctl,psql,pg_isready,createdb} \
+  $(ls /usr/lib/postgresql/"$pg_major"/lib/*.so)
+mkdir -p "$root/usr/share/postgresql" "$root/usr/share" "$root/usr/local/bin" "$root/var/lib/postgresql/data" "$root/var/run/postgresql" "$root/docker-entrypoint-initdb.d"
+cp -a "/usr/share/postgresql/$pg_major" "$root/usr/share/postgresql/"
+cp -aL /usr/share/zoneinfo "$root/usr/share/"
+cp "$(command -v busybox)" "$root/bin/busybox"
+for applet in sh cat ls mkdir chmod; do ln -sf busybox "$root/bin/$applet"; done
+ln -sf bash "$root/bin/sh"
+cp "$here/postgres-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
+chown -R 999:999 "$root/var/lib/postgresql" "$root/var/run/postgresql"
+chmod 3777 "$root/var/run/postgresql"
+image docker.io/library/postgres:17 "$root" \
+  --config.entrypoint /usr/local/bin/docker-entrypoint.sh --config.cmd postgres \
+  --config.env "PATH=/usr/lib/postgresql/$pg_major/bin:/usr/local/bin:/usr/bin:/bin" \
+  --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
+  --config.user 999:999 --config.stopsignal SIGINT \
+  --config.exposedports 5432/tcp --config.volume /var/lib/postgresql/data >/dev/null
+
+echo "$out"
