@@ -152,10 +152,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         );
         let file = self.path("containerd/config.toml");
         write(&file, &config)?;
-        let process = Process::spawn(
+        // Every image is imported; a pull (a missing or `:latest` image) must fail here, not
+        // reach out: registry requests go to a closed loopback port instead of the network.
+        let closed = Path::new("http://127.0.0.1:9");
+        let process = Process::spawn_with_env(
             "containerd",
             Path::new("containerd"),
             &["--config".to_string(), file.display().to_string()],
+            &[
+                ("HTTPS_PROXY", closed),
+                ("HTTP_PROXY", closed),
+                ("NO_PROXY", Path::new("")),
+            ],
             &log_parent.join("logs"),
         )?;
         self.processes.push(process);

@@ -20,6 +20,8 @@ pub struct Postgres {
     process: Process,
     bin: PathBuf,
     pub port: u16,
+    /// The address connection strings name: loopback, or the address pods reach.
+    host: String,
     password: String,
     _dir: tempfile::TempDir,
 }
@@ -78,8 +80,14 @@ fn as_server_user(command: &mut Command, owner: Option<(u32, u32)>) {
 }
 
 impl Postgres {
-    /// Initialises and starts a server; its log goes to `log_dir/postgres.log`.
+    /// Initialises and starts a server on loopback; its log goes to `log_dir/postgres.log`.
     pub fn start(log_dir: &Path) -> Result<Self> {
+        Self::start_reachable(log_dir, None)
+    }
+
+    /// As [`Postgres::start`], also listening on `address` and accepting password logins
+    /// from `clients` (a CIDR): pods on a real node reach it on the node's address.
+    pub fn start_reachable(log_dir: &Path, from: Option<(&str, &str)>) -> Result<Self> {
         let bin = server_binaries()?;
         let owner = unprivileged();
         let dir = tempfile::Builder::new()
@@ -125,12 +133,24 @@ impl Postgres {
         }
         chown(&cert_file, owner)?;
         chown(&key_file, owner)?;
+        let mut listen = "127.0.0.1".to_string();
+        if let Some((address, clients)) = from {
+            listen = format!("{listen},{address}");
+            let hba = data.join("pg_hba.conf");
+            let mut text =
+                std::fs::read_to_string(&hba).map_err(io_error("read pg_hba.conf"))?;
+            // Pods, and the host itself when it connects to that address.
+            text.push_str(&format!(
+                "host all all {clients} scram-sha-256\nhost all all {address}/32 scram-sha-256\n"
+            ));
+            std::fs::write(&hba, text).map_err(io_error("write pg_hba.conf"))?;
+        }
         let [port] = free_ports()?;
         let mut server = Command::new(bin.join("postgres"));
         server
             .arg("-D")
             .arg(&data)
-            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", &format!("listen_addresses={listen}")])
             .args(["-c", &format!("port={port}")])
             .args([
                 "-c",
@@ -155,6 +175,7 @@ impl Postgres {
             process,
             bin,
             port,
+            host: from.map_or("127.0.0.1", |(address, _)| address).to_string(),
             password,
             _dir: dir,
         };
@@ -239,7 +260,8 @@ impl Postgres {
     /// A `key=value` connection string for `user` to `dbname` on loopback.
     pub fn connstring(&self, user: &str, password: &str, dbname: &str) -> String {
         format!(
-            "host=127.0.0.1 port={} user={user} password='{}' dbname={dbname} sslmode=disable",
+            "host={} port={} user={user} password='{}' dbname={dbname} sslmode=disable",
+            self.host,
             self.port,
             password.replace('\\', "\\\\").replace('\'', "\\'")
         )

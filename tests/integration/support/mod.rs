@@ -1,12 +1,16 @@
 //! What every integration test shares: the control plane with the CRDs installed, a
-//! namespace per test, clients and kubectl.
+//! namespace per test, clients and kubectl. Shared by the kwok tier (`tests/integration`)
+//! and the real-node tier (`tests/realnode`); each uses a part of it.
+#![allow(dead_code)]
+
+pub mod clair;
 
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
 use clair_operator::{controller, crdgen, webhook};
-use clair_testenv::{ControlPlane, OPERATOR, Options, Postgres};
+use clair_testenv::{ControlPlane, NODE_IP, OPERATOR, Options, POD_CIDR, Postgres, RealNodeImages};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -128,9 +132,25 @@ impl Drop for Operator {
 }
 
 impl TestEnv {
-    /// Starts the control plane and installs the CRDs as the code generates them.
+    /// Starts the control plane (kwok nodes) and installs the CRDs as the code generates
+    /// them.
     pub fn start() -> anyhow::Result<Self> {
-        let plane = ControlPlane::start(Options::default())?;
+        Self::start_with(Options::default())
+    }
+
+    /// As [`TestEnv::start`], with a real node and no kwok nodes: every pod truly runs.
+    /// PostgreSQL also listens on the node's address, where pods reach it.
+    pub fn start_real_node(images: RealNodeImages) -> anyhow::Result<Self> {
+        Self::start_with(Options {
+            nodes: 0,
+            real_node: Some(images),
+            ..Options::default()
+        })
+    }
+
+    fn start_with(options: Options) -> anyhow::Result<Self> {
+        let real_node = options.real_node.is_some();
+        let plane = ControlPlane::start(options)?;
         eprintln!(
             "control plane up at {} (folder {})",
             plane.server(),
@@ -150,8 +170,11 @@ impl TestEnv {
                 String::from_utf8_lossy(&output.stderr)
             );
         }
-        let postgres = Postgres::start(&plane.dir().join("logs"))
-            .context("start PostgreSQL for the database tests")?;
+        let postgres = Postgres::start_reachable(
+            &plane.dir().join("logs"),
+            real_node.then_some((NODE_IP, POD_CIDR)),
+        )
+        .context("start PostgreSQL for the database tests")?;
         let operator = Operator::start(&plane)?;
         let env = Self {
             _operator: operator,

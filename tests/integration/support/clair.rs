@@ -1,0 +1,172 @@
+//! `Clair` helpers both test tiers share: databases on the test PostgreSQL, the resource
+//! and its drop-ins applied, waiting on its phase and conditions.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clair_operator::api::{Clair, Phase};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{FIELD_MANAGER, TestEnv, eventually};
+
+pub const LONG: Duration = Duration::from_secs(120);
+pub const PASSWORD: &str = "s3cret-Pa55word";
+
+/// A Secret or ConfigMap (by `kind`), applied.
+pub async fn apply_json<K>(client: &Client, ns: &str, object: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = object["metadata"]["name"]
+        .as_str()
+        .context("object without a name")?
+        .to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("apply {name}"))?;
+    Ok(())
+}
+
+/// Roles `PREFIX_indexer` and so on, each owning a database of its name, on the test
+/// PostgreSQL; returns their connection strings in a Secret named `databases`.
+pub async fn external_databases(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<String> {
+    let prefix = ns.replace('-', "_");
+    let mut data = serde_json::Map::new();
+    for service in ["indexer", "matcher", "notifier"] {
+        let role = format!("{prefix}_{service}");
+        env.postgres.create_role_and_database(&role, PASSWORD)?;
+        data.insert(
+            service.to_string(),
+            json!(env.postgres.connstring(&role, PASSWORD, &role)),
+        );
+    }
+    apply_json::<Secret>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"}, "stringData": data}),
+    )
+    .await?;
+    Ok(prefix)
+}
+
+/// The notifier's delivery, as users add it: a drop-in.
+pub async fn notifier_dropin(client: &Client, ns: &str, target: &str) -> anyhow::Result<()> {
+    let text = format!(
+        "notifier:\n  webhook:\n    target: {target}\n    callback: http://clair-notifier.{ns}.svc:6060/notifier/api/v1/notification/\n"
+    );
+    apply_json::<ConfigMap>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "delivery"}, "data": {"notifier.yaml": text}}),
+    )
+    .await
+}
+
+pub fn external_spec() -> Value {
+    json!({
+        "database": {"external": {
+            "indexer": {"name": "databases", "key": "indexer"},
+            "matcher": {"name": "databases", "key": "matcher"},
+            "notifier": {"name": "databases", "key": "notifier"},
+        }},
+        "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
+    })
+}
+
+pub async fn create_clair(client: &Client, ns: &str, name: &str, spec: Value) -> anyhow::Result<()> {
+    apply_json::<Clair>(
+        client,
+        ns,
+        json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Clair", "metadata": {"name": name}, "spec": spec}),
+    )
+    .await
+}
+
+pub async fn patch_spec(client: &Client, ns: &str, name: &str, spec: Value) -> anyhow::Result<()> {
+    let api: Api<Clair> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": spec })),
+    )
+    .await?;
+    Ok(())
+}
+
+pub fn condition<'a>(
+    clair: &'a Clair,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    clair
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+}
+
+/// Waits until `check` holds for the Clair; the error names its last conditions.
+pub async fn wait_clair(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Clair) -> bool,
+) -> anyhow::Result<Clair> {
+    wait_clair_within(LONG, client, ns, name, what, check).await
+}
+
+/// As [`wait_clair`], for up to `timeout`.
+pub async fn wait_clair_within(
+    timeout: Duration,
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Clair) -> bool,
+) -> anyhow::Result<Clair> {
+    let api: Api<Clair> = Api::namespaced(client.clone(), ns);
+    let check = &check;
+    eventually(timeout, what, || {
+        let api = api.clone();
+        async move {
+            let clair = api.get(name).await?;
+            if check(&clair) {
+                return Ok(true);
+            }
+            let status = clair.status.clone().unwrap_or_default();
+            let summary: Vec<String> = status
+                .conditions
+                .iter()
+                .filter(|c| c.status != "True")
+                .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                .collect();
+            bail!("phase {:?}; {}", status.phase, summary.join(" | "))
+        }
+    })
+    .await?;
+    Ok(api.get(name).await?)
+}
+
+pub fn phase_is(phase: Phase) -> impl Fn(&Clair) -> bool {
+    move |c| c.status.as_ref().and_then(|s| s.phase) == Some(phase)
+}
+
+pub fn secret_text(secret: &Secret, key: &str) -> anyhow::Result<String> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .with_context(|| format!("Secret {} has no key {key}", secret.name_any()))?;
+    Ok(String::from_utf8(bytes.0.clone())?)
+}

@@ -1,0 +1,173 @@
+//! What a real scan needs besides Clair: image layers holding a package with a known
+//! vulnerability (and the fixed version), vulnerability data naming it in `clairctl
+//! export-updaters` form, served over HTTP on the node's address where pods reach them; a
+//! delivery target for the notifier; and requests signed with the pre-shared key.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use clair_testenv::NODE_IP;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+/// The made-up vulnerability: busybox before 1.36.1-r5 on Alpine.
+pub const VULNERABILITY: &str = "CVE-0000-0002";
+pub const PACKAGE: &str = "busybox";
+pub const VULNERABLE_VERSION: &str = "1.36.1-r0";
+pub const FIXED_VERSION: &str = "1.36.1-r5";
+const UPDATER: &str = "clair-operator-test-alpine";
+
+/// An Alpine layer: `etc/os-release` and an apk database holding one package at `version`.
+pub fn alpine_layer(version: &str) -> anyhow::Result<Vec<u8>> {
+    let os_release = "NAME=\"Alpine Linux\"\nID=alpine\nVERSION_ID=3.18.4\nPRETTY_NAME=\"Alpine Linux v3.18\"\n";
+    let installed = format!("P:{PACKAGE}\nV:{version}\nA:x86_64\no:{PACKAGE}\n\n");
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, text) in [
+        ("etc/os-release", os_release.to_string()),
+        ("lib/apk/db/installed", installed),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_cksum();
+        builder.append_data(&mut header, path, text.as_bytes())?;
+    }
+    Ok(builder.into_inner()?)
+}
+
+/// `sha256:HEX` of `bytes`.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// One record of `clairctl export-updaters` output (claircore's jsonblob form): the
+/// vulnerability, as the Alpine matcher compares it (distribution ID, name and pretty name;
+/// the package by name and kind; fixed in [`FIXED_VERSION`]).
+pub fn vulnerability_export() -> String {
+    let record = serde_json::json!({
+        "Updater": UPDATER,
+        "Fingerprint": "fp-1",
+        "Date": "2026-11-29T00:00:00Z",
+        "Ref": "0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d01",
+        "Kind": "vulnerability",
+        "Vuln": {
+            "updater": UPDATER,
+            "name": VULNERABILITY,
+            "description": "made up for the operator's real-node tests",
+            "issued": "2026-11-29T00:00:00Z",
+            "links": "",
+            "severity": "High",
+            "normalized_severity": "High",
+            "package": {"name": PACKAGE, "kind": "binary"},
+            "distribution": {"did": "alpine", "name": "Alpine Linux", "version_id": "3.18", "pretty_name": "Alpine Linux v3.18"},
+            "repo": {"name": ""},
+            "fixed_in_version": FIXED_VERSION,
+        },
+    });
+    format!("{record}\n")
+}
+
+
+/// An HTTP server on the node's address: `GET /PATH` for each file, `POST /notify` for the
+/// notifier's webhook (accepted and dropped). Stops with the test's runtime.
+pub struct FixtureServer {
+    pub address: SocketAddr,
+}
+
+impl FixtureServer {
+    pub async fn start(files: HashMap<String, Vec<u8>>) -> anyhow::Result<Self> {
+        let app = Router::new()
+            .route("/notify", post(|| async { StatusCode::OK }))
+            .route("/{*path}", get(file))
+            .with_state(Arc::new(files));
+        let listener = tokio::net::TcpListener::bind((NODE_IP, 0))
+            .await
+            .with_context(|| format!("listen on the node's address {NODE_IP}"))?;
+        let address = listener.local_addr()?;
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { address })
+    }
+
+    /// `http://NODE_IP:PORT/PATH`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}/{path}", self.address)
+    }
+}
+
+async fn file(
+    State(files): State<Arc<HashMap<String, Vec<u8>>>>,
+    Path(path): Path<String>,
+) -> (StatusCode, Bytes) {
+    match files.get(&path) {
+        Some(bytes) => (StatusCode::OK, Bytes::from(bytes.clone())),
+        None => (StatusCode::NOT_FOUND, Bytes::new()),
+    }
+}
+
+/// A JWT signed with Clair's pre-shared key (HS256) as `issuer`, valid for five minutes:
+/// what Quay sends.
+pub fn psk_token(psk_base64: &str, issuer: &str) -> anyhow::Result<String> {
+    let key = STANDARD
+        .decode(psk_base64.trim())
+        .context("the PSK is not base64")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let claims = URL_SAFE_NO_PAD.encode(
+        serde_json::json!({"iss": issuer, "iat": now, "nbf": now - 5, "exp": now + 300})
+            .to_string(),
+    );
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key)?;
+    mac.update(format!("{header}.{claims}").as_bytes());
+    let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+    Ok(format!("{header}.{claims}.{signature}"))
+}
+
+/// One HTTP request (plain HTTP, run on a blocking thread); returns the status and body.
+pub async fn request(
+    method: &'static str,
+    url: String,
+    token: Option<String>,
+    body: Option<String>,
+) -> anyhow::Result<(u16, String)> {
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(60)))
+            .build()
+            .into();
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut response = match (method, body) {
+            ("POST", Some(body)) => {
+                let mut request = agent.post(&url).header("Content-Type", "application/json");
+                if let Some(auth) = &auth {
+                    request = request.header("Authorization", auth);
+                }
+                request.send(body.as_bytes())
+            }
+            _ => {
+                let mut request = agent.get(&url);
+                if let Some(auth) = &auth {
+                    request = request.header("Authorization", auth);
+                }
+                request.call()
+            }
+        }
+        .with_context(|| format!("{method} {url}"))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string()?;
+        Ok((status, text))
+    })
+    .await?
+}

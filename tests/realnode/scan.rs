@@ -1,0 +1,304 @@
+//! A `Clair` on a real node, end to end: in a namespace that enforces Pod Security
+//! `restricted`, its pods start from Clair's image (non-numeric user and all), pass their
+//! real probes and reach each other by Service DNS; the updater CronJob's pod imports
+//! vulnerability data into the matcher's database; and a manifest indexed through the
+//! indexer's Service, signed with the pre-shared key, gets a vulnerability report naming
+//! exactly the known vulnerability (and none for the fixed version).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use clair_operator::api::Phase;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::fixtures::{
+    FIXED_VERSION, FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer,
+    digest, psk_token, request, vulnerability_export,
+};
+use crate::support::clair::{
+    apply_json, create_clair, external_databases, external_spec, phase_is, secret_text,
+    wait_clair_within,
+};
+use crate::support::{FIELD_MANAGER, TestEnv, eventually};
+
+/// Real pods: images unpacked, Clair's migrations, probes' periods.
+const START: Duration = Duration::from_secs(420);
+
+/// A namespace whose pods must meet Pod Security `restricted`.
+async fn restricted_namespace(env: &TestEnv, prefix: &str) -> anyhow::Result<String> {
+    let ns = env.namespace(prefix).await?;
+    let api: Api<Namespace> = Api::all(env.client().await?);
+    api.patch(
+        &ns,
+        &PatchParams::apply(FIELD_MANAGER),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }},
+        })),
+    )
+    .await?;
+    Ok(ns)
+}
+
+/// The drop-in users of an air-gapped cluster add: the notifier's delivery, and the
+/// indexer's RHEL mapping files from a local URL (Clair fetches them from the Internet
+/// otherwise, and every index fails without them).
+async fn airgapped_dropin(
+    client: &Client,
+    ns: &str,
+    server: &FixtureServer,
+) -> anyhow::Result<()> {
+    let text = format!(
+        "indexer:\n  airgap: true\n  scanner:\n    repo:\n      rhel-repository-scanner:\n        repo2cpe_mapping_url: {}\n    package:\n      rhel_containerscanner:\n        name2repos_mapping_url: {}\nnotifier:\n  webhook:\n    target: {}\n    callback: http://clair-notifier.{ns}.svc:6060/notifier/api/v1/notification/\n",
+        server.url("repo2cpe.json"),
+        server.url("name2repos.json"),
+        server.url("notify"),
+    );
+    apply_json::<ConfigMap>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "delivery"}, "data": {"notifier.yaml": text}}),
+    )
+    .await
+}
+
+/// Every pod of the namespace's Deployments (not Jobs) Running and Ready, each container
+/// run as the numeric user the operator set for Clair's `nobody`.
+async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result<usize> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods.list(&ListParams::default()).await?;
+    let mut serving = 0;
+    for pod in &list.items {
+        let owner = pod
+            .owner_references()
+            .first()
+            .map(|o| o.kind.as_str())
+            .unwrap_or_default();
+        if owner != "ReplicaSet" {
+            continue;
+        }
+        let status = pod.status.as_ref().context("pod status")?;
+        ensure!(
+            status.phase.as_deref() == Some("Running"),
+            "pod {} is {:?}: {:?}",
+            pod.name_any(),
+            status.phase,
+            status.container_statuses
+        );
+        let ready = status
+            .conditions
+            .as_ref()
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        ensure!(ready, "pod {} is not Ready", pod.name_any());
+        let security = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .context("pod security context")?;
+        ensure!(
+            security.run_as_user == Some(65534) && security.run_as_non_root == Some(true),
+            "pod {} runs as {:?}",
+            pod.name_any(),
+            security.run_as_user
+        );
+        serving += 1;
+    }
+    Ok(serving)
+}
+
+/// Runs the updater CronJob now, as an SRE would (`kubectl create job --from`), and waits
+/// for its pod to succeed.
+async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
+    env.kubectl_ok(
+        ns,
+        &["create", "job", "updaters-now", "--from=cronjob/clair-updaters"],
+    )?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    eventually(Duration::from_secs(240), "the updater Job to succeed", || {
+        let jobs = jobs.clone();
+        async move {
+            let job = jobs.get("updaters-now").await?;
+            let status = job.status.unwrap_or_default();
+            if status.failed.unwrap_or(0) > 0 {
+                bail!("the updater Job failed: {:?}", status.conditions);
+            }
+            Ok(status.succeeded.unwrap_or(0) > 0)
+        }
+    })
+    .await
+    .map_err(|e| {
+        let logs = env
+            .kubectl_ok(ns, &["logs", "job/updaters-now", "--all-containers"])
+            .unwrap_or_else(|e| format!("(no logs: {e})"));
+        e.context(format!("updater logs:\n{logs}"))
+    })
+}
+
+/// `http://CLUSTER-IP:6060`: the Service as the host reaches it (through kube-proxy).
+async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let ip = services
+        .get(name)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("a Service without a cluster IP")?;
+    Ok(format!("http://{ip}:6060"))
+}
+
+/// Indexes a one-layer manifest through the indexer and returns its report.
+async fn index(indexer: &str, token: &str, layer_url: &str, layer: &[u8]) -> anyhow::Result<Value> {
+    // The manifest digest is any unique digest: the layer's bytes hashed with a salt.
+    let manifest = digest(&[layer, b"manifest"].concat());
+    let body = json!({
+        "hash": manifest,
+        "layers": [{"hash": digest(layer), "uri": layer_url, "headers": {}}],
+    });
+    let (status, text) = request(
+        "POST",
+        format!("{indexer}/indexer/api/v1/index_report"),
+        Some(token.to_string()),
+        Some(body.to_string()),
+    )
+    .await?;
+    ensure!(
+        status == 201 || status == 200,
+        "index_report answered {status}: {text}"
+    );
+    let report: Value = serde_json::from_str(&text)?;
+    ensure!(
+        report["state"] == "IndexFinished" && report["success"] == true,
+        "the index did not finish: {report}"
+    );
+    Ok(report)
+}
+
+/// The matcher's vulnerability report for the manifest of `index_report`; waits while the
+/// matcher answers 202 (no vulnerability data yet).
+async fn vulnerability_report(matcher: &str, token: &str, index_report: &Value) -> anyhow::Result<Value> {
+    let manifest = index_report["manifest_hash"]
+        .as_str()
+        .context("the index report names no manifest")?;
+    let url = format!("{matcher}/matcher/api/v1/vulnerability_report/{manifest}");
+    for _ in 0..60 {
+        let (status, text) = request("GET", url.clone(), Some(token.to_string()), None).await?;
+        match status {
+            200 => return Ok(serde_json::from_str(&text)?),
+            202 => tokio::time::sleep(Duration::from_secs(2)).await,
+            _ => bail!("vulnerability_report answered {status}: {text}"),
+        }
+    }
+    bail!("the matcher kept answering 202 for {manifest}")
+}
+
+/// The names of the vulnerabilities the report gives for the package called `name`.
+fn vulnerabilities_of(report: &Value, name: &str) -> Vec<String> {
+    let packages = report["packages"].as_object().cloned().unwrap_or_default();
+    let mut found = Vec::new();
+    for (id, package) in packages {
+        if package["name"] != name {
+            continue;
+        }
+        for vuln_id in report["package_vulnerabilities"][&id]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            let vuln_id = vuln_id.as_str().unwrap_or_default();
+            if let Some(vuln) = report["vulnerabilities"].get(vuln_id) {
+                found.push(vuln["name"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    found
+}
+
+pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = restricted_namespace(env, "scan").await?;
+    external_databases(env, &client, &ns).await?;
+
+    let vulnerable = alpine_layer(VULNERABLE_VERSION)?;
+    let fixed = alpine_layer(FIXED_VERSION)?;
+    let mapping = br#"{"data":{}}"#.to_vec();
+    let server = FixtureServer::start(HashMap::from([
+        ("layers/vulnerable.tar".to_string(), vulnerable.clone()),
+        ("layers/fixed.tar".to_string(), fixed.clone()),
+        ("export.json".to_string(), vulnerability_export().into_bytes()),
+        ("repo2cpe.json".to_string(), mapping.clone()),
+        ("name2repos.json".to_string(), mapping),
+    ]))
+    .await?;
+    airgapped_dropin(&client, &ns, &server).await?;
+    let mut spec = external_spec();
+    spec["updaters"] = json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": server.url("export.json")}});
+    create_clair(&client, &ns, "clair", spec).await?;
+
+    // Available because the pods really are: Running, Ready by their real probes.
+    wait_clair_within(
+        START,
+        &client,
+        &ns,
+        "clair",
+        "clair Available on the real node",
+        phase_is(Phase::Available),
+    )
+    .await
+    .map_err(|e| {
+        let pods = env
+            .kubectl_ok(&ns, &["get", "pods", "-o", "wide"])
+            .unwrap_or_default();
+        let events = env
+            .kubectl_ok(&ns, &["get", "events", "--sort-by=.lastTimestamp"])
+            .unwrap_or_default();
+        e.context(format!("pods:\n{pods}\nevents:\n{events}"))
+    })?;
+    let serving = pods_running_as_nobody(&client, &ns).await?;
+    ensure!(serving == 3, "{serving} Clair pods serve, expected indexer, matcher and notifier");
+
+    // The updater CronJob's pod imports the vulnerability into the matcher's database.
+    run_updaters_now(env, &client, &ns).await?;
+    let found = env.postgres.sql_in(
+        &format!("{}_matcher", ns.replace('-', "_")),
+        &format!("SELECT name FROM vuln WHERE name = '{VULNERABILITY}'"),
+    )?;
+    ensure!(found == VULNERABILITY, "the import did not land: {found:?}");
+
+    // A real scan, as Quay runs one: index through the indexer's Service, then ask the
+    // matcher (which fetches the index report from the indexer by its Service DNS name).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
+    let token = psk_token(&psk, "quay")?;
+    let indexer = service_url(&client, &ns, "clair-indexer").await?;
+    let matcher = service_url(&client, &ns, "clair-matcher").await?;
+    let (status, _) = request("GET", format!("{indexer}/indexer/api/v1/index_state"), None, None).await?;
+    ensure!(status == 401, "an unsigned request got {status}, not 401");
+
+    let report = index(&indexer, &token, &server.url("layers/vulnerable.tar"), &vulnerable).await?;
+    let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
+    let names = vulnerabilities_of(&vulnerabilities, PACKAGE);
+    ensure!(
+        names == [VULNERABILITY],
+        "busybox {VULNERABLE_VERSION} should have exactly {VULNERABILITY}: {names:?}; report: {vulnerabilities}"
+    );
+
+    let report = index(&indexer, &token, &server.url("layers/fixed.tar"), &fixed).await?;
+    let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
+    let packages = vulnerabilities["packages"].as_object().map_or(0, |p| p.len());
+    ensure!(packages == 1, "the fixed layer's package was not found: {vulnerabilities}");
+    let names = vulnerabilities_of(&vulnerabilities, PACKAGE);
+    ensure!(
+        names.is_empty(),
+        "busybox {FIXED_VERSION} is fixed, yet: {names:?}"
+    );
+    Ok(())
+}
