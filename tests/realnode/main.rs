@@ -7,6 +7,7 @@
 mod support;
 
 mod fixtures;
+mod managed;
 mod scan;
 
 use std::process::ExitCode;
@@ -79,5 +80,8 @@ macro_rules! tests {
 }
 
 fn registry() -> Vec<(&'static str, TestFn)> {
-    tests![scan::a_clair_on_a_real_node_finds_a_known_vulnerability]
+    tests![
+        scan::a_clair_on_a_real_node_finds_a_known_vulnerability,
+        managed::a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart,
+    ]
 }

@@ -27,10 +27,10 @@ use crate::support::clair::{
 use crate::support::{FIELD_MANAGER, TestEnv, eventually};
 
 /// Real pods: images unpacked, Clair's migrations, probes' periods.
-const START: Duration = Duration::from_secs(420);
+pub const START: Duration = Duration::from_secs(420);
 
 /// A namespace whose pods must meet Pod Security `restricted`.
-async fn restricted_namespace(env: &TestEnv, prefix: &str) -> anyhow::Result<String> {
+pub async fn restricted_namespace(env: &TestEnv, prefix: &str) -> anyhow::Result<String> {
     let ns = env.namespace(prefix).await?;
     let api: Api<Namespace> = Api::all(env.client().await?);
     api.patch(
@@ -50,7 +50,7 @@ async fn restricted_namespace(env: &TestEnv, prefix: &str) -> anyhow::Result<Str
 /// The drop-in users of an air-gapped cluster add: the notifier's delivery, and the
 /// indexer's RHEL mapping files from a local URL (Clair fetches them from the Internet
 /// otherwise, and every index fails without them).
-async fn airgapped_dropin(
+pub async fn airgapped_dropin(
     client: &Client,
     ns: &str,
     server: &FixtureServer,
@@ -71,7 +71,7 @@ async fn airgapped_dropin(
 
 /// Every pod of the namespace's Deployments (not Jobs) Running and Ready, each container
 /// run as the numeric user the operator set for Clair's `nobody`.
-async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result<usize> {
+pub async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result<usize> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let list = pods.list(&ListParams::default()).await?;
     let mut serving = 0;
@@ -113,6 +113,19 @@ async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result<usi
     Ok(serving)
 }
 
+/// `result`, with the namespace's pods and Events added to an error.
+pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> anyhow::Result<T> {
+    result.map_err(|e| {
+        let pods = env
+            .kubectl_ok(ns, &["get", "pods", "-o", "wide"])
+            .unwrap_or_default();
+        let events = env
+            .kubectl_ok(ns, &["get", "events", "--sort-by=.lastTimestamp"])
+            .unwrap_or_default();
+        e.context(format!("pods:\n{pods}\nevents:\n{events}"))
+    })
+}
+
 /// Runs the updater CronJob now, as an SRE would (`kubectl create job --from`), and waits
 /// for its pod to succeed.
 async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
@@ -141,8 +154,9 @@ async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::R
     })
 }
 
-/// `http://CLUSTER-IP:6060`: the Service as the host reaches it (through kube-proxy).
-async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+/// `http://CLUSTER-IP:6060`: the Service as the host reaches it (through kube-proxy), once
+/// it accepts connections.
+pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let ip = services
         .get(name)
@@ -150,11 +164,17 @@ async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<St
         .spec
         .and_then(|s| s.cluster_ip)
         .context("a Service without a cluster IP")?;
+    // kube-proxy programs the Service's endpoints a moment after the pods turn Ready.
+    eventually(Duration::from_secs(30), &format!("Service {name} to accept connections"), || {
+        let address = format!("{ip}:6060");
+        async move { Ok(tokio::net::TcpStream::connect(address).await.is_ok()) }
+    })
+    .await?;
     Ok(format!("http://{ip}:6060"))
 }
 
 /// Indexes a one-layer manifest through the indexer and returns its report.
-async fn index(indexer: &str, token: &str, layer_url: &str, layer: &[u8]) -> anyhow::Result<Value> {
+pub async fn index(indexer: &str, token: &str, layer_url: &str, layer: &[u8]) -> anyhow::Result<Value> {
     // The manifest digest is any unique digest: the layer's bytes hashed with a salt.
     let manifest = digest(&[layer, b"manifest"].concat());
     let body = json!({
@@ -244,7 +264,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     create_clair(&client, &ns, "clair", spec).await?;
 
     // Available because the pods really are: Running, Ready by their real probes.
-    wait_clair_within(
+    let available = wait_clair_within(
         START,
         &client,
         &ns,
@@ -252,16 +272,8 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
         "clair Available on the real node",
         phase_is(Phase::Available),
     )
-    .await
-    .map_err(|e| {
-        let pods = env
-            .kubectl_ok(&ns, &["get", "pods", "-o", "wide"])
-            .unwrap_or_default();
-        let events = env
-            .kubectl_ok(&ns, &["get", "events", "--sort-by=.lastTimestamp"])
-            .unwrap_or_default();
-        e.context(format!("pods:\n{pods}\nevents:\n{events}"))
-    })?;
+    .await;
+    dump_on_error(env, &ns, available)?;
     let serving = pods_running_as_nobody(&client, &ns).await?;
     ensure!(serving == 3, "{serving} Clair pods serve, expected indexer, matcher and notifier");
 

@@ -113,6 +113,9 @@ copy_with_libs "$root" /bin/bash "$pg_bin"/{postgres,initdb,pg_ctl,psql,pg_isrea
 mkdir -p "$root/usr/share/postgresql" "$root/usr/share" "$root/usr/local/bin" "$root/var/lib/postgresql/data" "$root/var/run/postgresql" "$root/docker-entrypoint-initdb.d"
 cp -a "/usr/share/postgresql/$pg_major" "$root/usr/share/postgresql/"
 cp -aL /usr/share/zoneinfo "$root/usr/share/"
+# initdb takes its locale from LANG (C.UTF-8, as glibc ships it).
+mkdir -p "$root/usr/lib/locale"
+cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
 cp "$(command -v busybox)" "$root/bin/busybox"
 for applet in sh cat ls mkdir chmod; do ln -sf busybox "$root/bin/$applet"; done
 ln -sf bash "$root/bin/sh"

@@ -1,0 +1,179 @@
+//! A `Clair` with a managed database on a real node: the PostgreSQL image's entrypoint
+//! initialises the data directory and runs the operator's bootstrap script (a role and a
+//! database per service), the services connect and become Ready by their real probes, and
+//! deleting the database pod loses nothing: the claim (a local volume) keeps the data, the
+//! StatefulSet starts a new pod on it, and an index report written before is still there.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+
+use anyhow::{Context, ensure};
+use clair_operator::api::Phase;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, psk_token, request};
+use crate::scan::{
+    START, airgapped_dropin, dump_on_error, index, pods_running_as_nobody, restricted_namespace,
+    service_url,
+};
+use crate::support::clair::{create_clair, phase_is, secret_text, wait_clair_within};
+use crate::support::{FIELD_MANAGER, TestEnv};
+
+/// A local volume for the engine's claim, owned by the image's postgres user (999): the
+/// cluster has no provisioner.
+async fn local_volume(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
+    let path = env.plane.dir().join(format!("volumes/{ns}"));
+    std::fs::create_dir_all(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+    std::os::unix::fs::chown(&path, Some(999), Some(999))?;
+    let volumes: Api<PersistentVolume> = Api::all(env.client().await?);
+    volumes
+        .patch(
+            &format!("{ns}-data"),
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": format!("{ns}-data")},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                         "claimRef": {"namespace": ns, "name": "data-clair-database-0"},
+                         "hostPath": {"path": path, "type": "Directory"}},
+            })),
+        )
+        .await?;
+    Ok(())
+}
+
+pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = restricted_namespace(env, "managed").await?;
+    local_volume(env, &ns).await?;
+    let layer = alpine_layer(VULNERABLE_VERSION)?;
+    let mapping = br#"{"data":{}}"#.to_vec();
+    let server = FixtureServer::start(HashMap::from([
+        ("layer.tar".to_string(), layer.clone()),
+        ("repo2cpe.json".to_string(), mapping.clone()),
+        ("name2repos.json".to_string(), mapping),
+    ]))
+    .await?;
+    airgapped_dropin(&client, &ns, &server).await?;
+    create_clair(
+        &client,
+        &ns,
+        "clair",
+        json!({
+            "database": {"managed": {"storage": {"size": "1Gi"}}},
+            "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
+            // No updater runs in the matcher (it would reach for the Internet).
+            "updaters": {"mode": "CronJob", "schedule": "0 */6 * * *"},
+        }),
+    )
+    .await?;
+    let available = || {
+        wait_clair_within(
+            START,
+            &client,
+            &ns,
+            "clair",
+            "clair Available with its managed database",
+            phase_is(Phase::Available),
+        )
+    };
+    dump_on_error(env, &ns, available().await)?;
+    let serving = pods_running_as_nobody(&client, &ns).await?;
+    ensure!(serving == 3, "{serving} Clair pods serve");
+
+    // Something to lose: an index report in the indexer's database.
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns);
+    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
+    let token = psk_token(&psk, "quay")?;
+    let indexer = service_url(&client, &ns, "clair-indexer").await?;
+    let report = index(&indexer, &token, &server.url("layer.tar"), &layer).await?;
+    let manifest = report["manifest_hash"]
+        .as_str()
+        .context("no manifest hash")?
+        .to_string();
+
+    // The engine's pod runs as the image's postgres user, on the claim.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let engine = pods.get("clair-database-0").await?;
+    let uid = engine
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.run_as_user);
+    ensure!(uid == Some(999), "the database runs as {uid:?}");
+    let old_uid = engine.uid();
+    pods.delete("clair-database-0", &DeleteParams::default())
+        .await?;
+    crate::support::eventually(START, "a new database pod", || {
+        let pods = pods.clone();
+        let old_uid = old_uid.clone();
+        async move {
+            let pod = pods.get_opt("clair-database-0").await?;
+            Ok(pod.is_some_and(|p| p.uid() != old_uid))
+        }
+    })
+    .await?;
+    dump_on_error(env, &ns, available().await)?;
+
+    // The data survived: the manifest is in the indexer's database on the new pod.
+    let engine = pods.get("clair-database-0").await?;
+    let ip = engine
+        .status
+        .and_then(|s| s.pod_ip)
+        .context("the new database pod has no IP")?;
+    let passwords = secret_text(&secrets.get("clair-database").await?, "postgres-password")?;
+    let count = psql(env, &ip, &passwords, "indexer", &format!(
+        "SELECT count(*) FROM manifest WHERE hash = '{manifest}'"
+    ))?;
+    ensure!(count == "1", "the indexed manifest is gone after the restart: {count:?}");
+
+    // Clair's pooled connections still point at the old pod's address and hang until TCP
+    // gives up (docs/runbooks/DatabaseReady.md): restart the indexer, as the runbook says,
+    // and it serves the kept report.
+    env.kubectl_ok(&ns, &["rollout", "restart", "deployment/clair-indexer"])?;
+    env.kubectl_ok(
+        &ns,
+        &["rollout", "status", "deployment/clair-indexer", "--timeout=300s"],
+    )?;
+    let indexer = service_url(&client, &ns, "clair-indexer").await?;
+    let (status, text) = request(
+        "GET",
+        format!("{indexer}/indexer/api/v1/index_report/{manifest}"),
+        Some(token),
+        None,
+    )
+    .await?;
+    ensure!(
+        status == 200,
+        "the index report is gone after the database restarted: {status} {text}"
+    );
+    let kept: serde_json::Value = serde_json::from_str(&text)?;
+    ensure!(
+        kept["state"] == "IndexFinished",
+        "the kept report is not finished: {kept}"
+    );
+    Ok(())
+}
+
+/// One SQL statement as the engine's superuser, from the host to the pod's address.
+fn psql(env: &TestEnv, host: &str, password: &str, database: &str, sql: &str) -> anyhow::Result<String> {
+    let output = std::process::Command::new(env.postgres.bin_dir().join("psql"))
+        .args(["-h", host, "-p", "5432", "-U", "postgres", "-d", database, "-tA", "-c", sql])
+        .env("PGPASSWORD", password)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?.trim().to_string())
+}
