@@ -9,6 +9,7 @@ mod support;
 mod fixtures;
 mod managed;
 mod scan;
+mod upgrade;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,11 +49,16 @@ fn main() -> ExitCode {
     conclusion.exit_code()
 }
 
-/// The control plane with a real node holding Clair's image at the pinned version.
+/// The control plane with a real node holding Clair's image at the pinned version, and the
+/// same binaries tagged as an older version for the upgrade test (the module proxy serves
+/// no older Clair here).
 fn start() -> anyhow::Result<TestEnv> {
     let pinned = clair_binaries()?;
     TestEnv::start_real_node(RealNodeImages {
-        clair: vec![(pinned, "4.9.0".to_string())],
+        clair: vec![
+            (pinned.clone(), "4.9.0".to_string()),
+            (pinned, "4.8.0".to_string()),
+        ],
     })
 }
 
@@ -83,5 +89,6 @@ fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scan::a_clair_on_a_real_node_finds_a_known_vulnerability,
         managed::a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart,
+        upgrade::an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answers,
     ]
 }

@@ -128,7 +128,7 @@ pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> a
 
 /// Runs the updater CronJob now, as an SRE would (`kubectl create job --from`), and waits
 /// for its pod to succeed.
-async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
+pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
     env.kubectl_ok(
         ns,
         &["create", "job", "updaters-now", "--from=cronjob/clair-updaters"],
@@ -202,7 +202,7 @@ pub async fn index(indexer: &str, token: &str, layer_url: &str, layer: &[u8]) ->
 
 /// The matcher's vulnerability report for the manifest of `index_report`; waits while the
 /// matcher answers 202 (no vulnerability data yet).
-async fn vulnerability_report(matcher: &str, token: &str, index_report: &Value) -> anyhow::Result<Value> {
+pub async fn vulnerability_report(matcher: &str, token: &str, index_report: &Value) -> anyhow::Result<Value> {
     let manifest = index_report["manifest_hash"]
         .as_str()
         .context("the index report names no manifest")?;
@@ -219,7 +219,7 @@ async fn vulnerability_report(matcher: &str, token: &str, index_report: &Value) 
 }
 
 /// The names of the vulnerabilities the report gives for the package called `name`.
-fn vulnerabilities_of(report: &Value, name: &str) -> Vec<String> {
+pub fn vulnerabilities_of(report: &Value, name: &str) -> Vec<String> {
     let packages = report["packages"].as_object().cloned().unwrap_or_default();
     let mut found = Vec::new();
     for (id, package) in packages {
