@@ -40,11 +40,14 @@ pub fn coredns_binary() -> Result<PathBuf> {
 
 /// The image archives a real node imports, built by `tools/images/build.sh` (cached).
 pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf>> {
-    let args: Vec<String> = images
+    let mut args: Vec<String> = images
         .clair
         .iter()
         .map(|(dir, version)| format!("{}={version}", dir.display()))
         .collect();
+    if let Some(binary) = &images.operator {
+        args.extend(["--operator".to_string(), binary.display().to_string()]);
+    }
     let dir = build_with("tools/images/build.sh", &args)?;
     let archives = std::fs::read_dir(&dir)
         .map_err(|e| Error::Build(format!("cannot read {}: {e}", dir.display())))?

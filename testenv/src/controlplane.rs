@@ -14,6 +14,7 @@ use kube::{Client, Config};
 use serde_json::json;
 
 use crate::binaries::{Binaries, build_images, coredns_binary};
+use crate::host::NODE_IP;
 use crate::node::{NODE_NAME, NodeInputs, RealNode};
 use crate::pki;
 use crate::process::Process;
@@ -35,11 +36,13 @@ pub struct Options {
 }
 
 /// The images a real node imports: Clair's at the versions given (each a folder holding
-/// `clair` and `clairctl`, with the tag to import it under), plus PostgreSQL and the pod
-/// sandbox, built by `tools/images/build.sh`.
+/// `clair` and `clairctl`, with the tag to import it under), the operator's, PostgreSQL and
+/// the pod sandbox, built by `tools/images/build.sh`.
 #[derive(Clone, Debug, Default)]
 pub struct RealNodeImages {
     pub clair: Vec<(PathBuf, String)>,
+    /// The operator's release binary, imported as the image `deploy/base` names.
+    pub operator: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -99,6 +102,9 @@ impl ControlPlane {
             .keep();
         let mut plane = Self::prepare(binaries, dir, &options)?;
         plane.keep_dir = options.keep_dir;
+        if options.real_node.is_some() {
+            plane.node = Some(RealNode::prepare(&plane.dir)?);
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -170,7 +176,10 @@ impl ControlPlane {
             sched_port,
             kwok_port,
         ] = free_ports()?;
-        self.server = format!("https://127.0.0.1:{api_port}");
+        // With a real node the apiserver listens on the node's address, where pods (the
+        // operator's among them) reach it through the `kubernetes` Service; else loopback.
+        let address = if self.node.is_some() { NODE_IP } else { "127.0.0.1" };
+        self.server = format!("https://{address}:{api_port}");
         for user in self
             .tokens
             .iter()
@@ -203,8 +212,8 @@ impl ControlPlane {
             "kube-apiserver",
             vec![
                 format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
+                format!("--bind-address={address}"),
+                format!("--advertise-address={address}"),
                 format!("--secure-port={api_port}"),
                 format!("--cert-dir={}", path("apiserver-certs")),
                 format!("--tls-cert-file={}", path("apiserver.crt")),
@@ -217,7 +226,11 @@ impl ControlPlane {
                 format!("--service-account-signing-key-file={}", path("sa.key")),
                 "--authorization-mode=RBAC".into(),
                 "--allow-privileged=true".into(),
-                "--endpoint-reconciler-type=none".into(),
+                // The `kubernetes` Service's endpoints: only pods on a real node use them.
+                format!(
+                    "--endpoint-reconciler-type={}",
+                    if self.node.is_some() { "lease" } else { "none" }
+                ),
                 "--enable-priority-and-fairness=false".into(),
                 "--profiling=false".into(),
                 // Logs, exec and port-forward on a real node: by its address, with a client
@@ -315,16 +328,18 @@ impl ControlPlane {
         let coredns = coredns_binary()?;
         let kubeconfig = self.kubeconfig_path(NODE_USER);
         let client_ca = self.dir.join("ca.crt");
-        let node = RealNode::start(NodeInputs {
+        let inputs = NodeInputs {
             dir: &self.dir,
             binaries: &self.binaries,
             kubeconfig: &kubeconfig,
             client_ca: &client_ca,
             images: &archives,
             coredns: &coredns,
-        })?;
-        self.node = Some(node);
-        Ok(())
+        };
+        match self.node.as_mut() {
+            Some(node) => node.start(inputs),
+            None => Err(Error::Missing("the real node was not prepared".into())),
+        }
     }
 
     async fn wait_for_real_node(&mut self) -> Result<()> {

@@ -42,27 +42,30 @@ pub struct RealNode {
 }
 
 impl RealNode {
-    /// Takes the machine's node lock, prepares the host and starts containerd (importing
-    /// the images), the kubelet, kube-proxy and CoreDNS. The node registers itself; the
-    /// caller waits for it to become Ready.
-    pub(crate) fn start(inputs: NodeInputs<'_>) -> Result<Self> {
+    /// Takes the machine's node lock and prepares the host: the node's address (which the
+    /// apiserver then listens on, so pods reach it), forwarding, the egress rule, the CNI
+    /// configuration. From here on, dropping the node restores the host.
+    pub(crate) fn prepare(control_plane_dir: &Path) -> Result<Self> {
         preflight()?;
         let host = HostState::acquire()?;
-        let dir = inputs.dir.join("node");
-        let mut node = Self {
+        let node = Self {
             host: Some(host),
-            dir: dir.clone(),
+            dir: control_plane_dir.join("node"),
             processes: Vec::new(),
             kubelet_port: 0,
         };
-        // From here on a failure stops what started and restores the host (Drop).
         node.prepare_host()?;
-        node.start_containerd(inputs.dir)?;
-        node.import_images(inputs.images)?;
-        node.start_kubelet(&inputs)?;
-        node.start_kube_proxy(&inputs)?;
-        node.start_coredns(&inputs)?;
         Ok(node)
+    }
+
+    /// Starts containerd (importing the images), the kubelet, kube-proxy and CoreDNS. The
+    /// node registers itself; the caller waits for it to become Ready.
+    pub(crate) fn start(&mut self, inputs: NodeInputs<'_>) -> Result<()> {
+        self.start_containerd(inputs.dir)?;
+        self.import_images(inputs.images)?;
+        self.start_kubelet(&inputs)?;
+        self.start_kube_proxy(&inputs)?;
+        self.start_coredns(&inputs)
     }
 
     fn path(&self, name: &str) -> PathBuf {

@@ -34,10 +34,14 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
     let issuer = Issuer::new(ca_params, ca_key);
 
     let serving_key = KeyPair::generate()?;
+    // Loopback; a real node's address and the `kubernetes` Service (pods on a real node).
     let mut serving_params = CertificateParams::new(vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),
+        crate::host::NODE_IP.to_string(),
+        "10.0.0.1".to_string(),
         "kubernetes.default.svc".to_string(),
+        "kubernetes.default.svc.cluster.local".to_string(),
     ])?;
     serving_params
         .distinguished_name

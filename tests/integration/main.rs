@@ -10,67 +10,13 @@ mod support;
 mod webhook;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use libtest_mimic::{Arguments, Failed, Trial};
 use support::TestEnv;
+use support::runner::TestFn;
 
 fn main() -> ExitCode {
-    let mut args = Arguments::from_args();
     // The tests mostly wait on the cluster: run more of them at once than there are cores.
-    args.test_threads.get_or_insert(8);
-    let tests = registry();
-    if args.list {
-        let trials = tests
-            .iter()
-            .map(|(name, _)| Trial::test(*name, || Ok(())))
-            .collect();
-        return libtest_mimic::run(&args, trials).exit_code();
-    }
-    // Started from the main thread, which outlives every test: the processes' death signal
-    // is tied to the thread that started them.
-    let env = match TestEnv::start() {
-        Ok(env) => Arc::new(env),
-        Err(e) => {
-            eprintln!("error: the test control plane did not start: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let trials = tests
-        .into_iter()
-        .map(|(name, test)| {
-            let env = Arc::clone(&env);
-            Trial::test(name, move || run(&env, test))
-        })
-        .collect();
-    let conclusion = libtest_mimic::run(&args, trials);
-    drop(env);
-    conclusion.exit_code()
-}
-
-type TestFuture<'a> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
-type TestFn = for<'a> fn(&'a TestEnv) -> TestFuture<'a>;
-
-/// Runs one async test on its own runtime (clients are tied to the runtime that made them).
-fn run(env: &TestEnv, test: TestFn) -> Result<(), Failed> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failed::from(format!("cannot start a runtime: {e}")))?;
-    runtime
-        .block_on(test(env))
-        .map_err(|e| Failed::from(format!("{e:#}")))
-}
-
-/// Every test, by module path.
-macro_rules! tests {
-    ($($module:ident :: $test:ident),* $(,)?) => {
-        vec![$((
-            concat!(stringify!($module), "::", stringify!($test)),
-            (|env| Box::pin($module::$test(env))) as TestFn,
-        )),*]
-    };
+    support::runner::main("the test control plane", 8, TestEnv::start, registry())
 }
 
 fn registry() -> Vec<(&'static str, TestFn)> {

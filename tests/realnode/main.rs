@@ -1,7 +1,9 @@
 //! The real-node tier: the same control plane as the integration tests with one real node
 //! (containerd, runc, kubelet, kube-proxy, CoreDNS) instead of kwok's fake ones, so every pod
 //! the operator renders truly starts, passes its real probes and talks to the others. The
-//! operator runs in this process as in the kwok tier; PostgreSQL listens where pods reach it.
+//! operator itself runs in the cluster from its release binary's image, installed with
+//! `kubectl apply --server-side -k deploy/base` as the README says; PostgreSQL listens where
+//! pods reach it.
 
 #[path = "../integration/support/mod.rs"]
 mod support;
@@ -12,41 +14,15 @@ mod scan;
 mod upgrade;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
+use anyhow::Context;
 use clair_testenv::{RealNodeImages, clair_binaries};
-use libtest_mimic::{Arguments, Failed, Trial};
 use support::TestEnv;
+use support::runner::TestFn;
 
 fn main() -> ExitCode {
-    let mut args = Arguments::from_args();
     // Each test runs real containers on two cores: a few at a time.
-    args.test_threads.get_or_insert(2);
-    let tests = registry();
-    if args.list {
-        let trials = tests
-            .iter()
-            .map(|(name, _)| Trial::test(*name, || Ok(())))
-            .collect();
-        return libtest_mimic::run(&args, trials).exit_code();
-    }
-    let env = match start() {
-        Ok(env) => Arc::new(env),
-        Err(e) => {
-            eprintln!("error: the real-node test cluster did not start: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let trials = tests
-        .into_iter()
-        .map(|(name, test)| {
-            let env = Arc::clone(&env);
-            Trial::test(name, move || run(&env, test))
-        })
-        .collect();
-    let conclusion = libtest_mimic::run(&args, trials);
-    drop(env);
-    conclusion.exit_code()
+    support::runner::main("the real-node test cluster", 2, start, registry())
 }
 
 /// The control plane with a real node holding Clair's image at the pinned version, and the
@@ -59,30 +35,28 @@ fn start() -> anyhow::Result<TestEnv> {
             (pinned.clone(), "4.9.0".to_string()),
             (pinned, "4.8.0".to_string()),
         ],
+        operator: Some(release_binary()?),
     })
 }
 
-type TestFuture<'a> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
-type TestFn = for<'a> fn(&'a TestEnv) -> TestFuture<'a>;
-
-fn run(env: &TestEnv, test: TestFn) -> Result<(), Failed> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failed::from(format!("cannot start a runtime: {e}")))?;
-    runtime
-        .block_on(test(env))
-        .map_err(|e| Failed::from(format!("{e:#}")))
-}
-
-macro_rules! tests {
-    ($($module:ident :: $test:ident),* $(,)?) => {
-        vec![$((
-            concat!(stringify!($module), "::", stringify!($test)),
-            (|env| Box::pin($module::$test(env))) as TestFn,
-        )),*]
-    };
+/// The operator's release binary beside this test binary's build (`TARGET/release/`),
+/// which `scripts/test` builds first.
+fn release_binary() -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    // TARGET/debug/deps/realnode-HASH
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .context("cannot find the cargo target folder")?;
+    let binary = target.join("release/clair-operator");
+    anyhow::ensure!(
+        binary.is_file(),
+        "{} is missing: the real-node tests run the operator's release build in the \
+         cluster; build it with `cargo build --release --bin clair-operator` (scripts/test \
+         does)",
+        binary.display()
+    );
+    Ok(binary)
 }
 
 fn registry() -> Vec<(&'static str, TestFn)> {

@@ -113,7 +113,7 @@ pub async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result
     Ok(serving)
 }
 
-/// `result`, with the namespace's pods and Events added to an error.
+/// `result`, with the namespace's pods and Events and the operator's log added to an error.
 pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> anyhow::Result<T> {
     result.map_err(|e| {
         let pods = env
@@ -122,7 +122,15 @@ pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> a
         let events = env
             .kubectl_ok(ns, &["get", "events", "--sort-by=.lastTimestamp"])
             .unwrap_or_default();
-        e.context(format!("pods:\n{pods}\nevents:\n{events}"))
+        let operator = env
+            .kubectl_ok(
+                "clair-operator",
+                &["logs", "deployment/clair-operator", "--tail=30"],
+            )
+            .unwrap_or_default();
+        e.context(format!(
+            "pods:\n{pods}\nevents:\n{events}\noperator log:\n{operator}"
+        ))
     })
 }
 

@@ -7,11 +7,15 @@
 #   docker.io/library/postgres:17      a stand-in from Debian's PostgreSQL packages that
 #                                      honours the official image's entrypoint contract
 #   registry.k8s.io/pause:3.10         the pod sandbox (a static C program)
+#   quay.io/projectquay/clair-operator:TAG  the operator's release binary, non-root (65532),
+#                                      under the name and tag deploy/base/kustomization.yaml
+#                                      gives it
 # Each image is an OCI layout made with umoci, saved as a docker-archive with skopeo, cached
 # by a hash of its inputs. Prints the folder of archives (NAME.tar) on its last line.
 #
-#   build.sh CLAIR_BIN_DIR[=VERSION] ...   one Clair image per folder (clair, clairctl inside);
-#                                          VERSION defaults to the binary's own
+#   build.sh [--operator BINARY] CLAIR_BIN_DIR=VERSION ...
+#       one Clair image per folder (clair and clairctl inside), tagged VERSION; the
+#       operator's image when its binary is given
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 die() { echo "images/build.sh: $*" >&2; exit 1; }
@@ -83,13 +87,21 @@ gcc -static -Os -o "$work/pause/pause" "$here/pause.c"
 strip "$work/pause/pause"
 image registry.k8s.io/pause:3.10 "$work/pause" --config.entrypoint /pause --config.user 65535:65535 >/dev/null
 
+operator=""
+clairs=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --operator) operator=$2; shift 2 ;;
+    *=*) clairs+=("$1"); shift ;;
+    *) die "unknown argument $1 (want --operator BINARY or CLAIR_BIN_DIR=VERSION)" ;;
+  esac
+done
+
 # Clair, as its official Dockerfile lays it out.
-for spec in "$@"; do
+for spec in "${clairs[@]}"; do
   dir=${spec%%=*}
   version=${spec#*=}
-  [ "$version" = "$spec" ] && version=$("$dir/clair" -version 2>/dev/null | tr -d 'v\n' || true)
   [ -x "$dir/clair" ] && [ -x "$dir/clairctl" ] || die "$dir holds no clair and clairctl: build them with tools/clair/build.sh"
-  [ -n "$version" ] || die "cannot tell the version of $dir/clair"
   root="$work/clair-$version"
   base_rootfs "$root" 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' 'nobody:x:65534:'
   mkdir -p "$root/usr/bin" "$root/config"
@@ -128,5 +140,22 @@ image docker.io/library/postgres:17 "$root" \
   --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
   --config.user 999:999 --config.stopsignal SIGINT \
   --config.exposedports 5432/tcp --config.volume /var/lib/postgresql/data >/dev/null
+
+# The operator, from its release binary, named as deploy/base names it.
+if [ -n "$operator" ]; then
+  [ -x "$operator" ] || die "$operator is not an executable: cargo build --release --bin clair-operator"
+  kustomization="$here/../../deploy/base/kustomization.yaml"
+  name=$(awk '/- name: .*clair-operator/ {print $3; exit}' "$kustomization")
+  tag=$(awk '/newTag:/ {gsub(/"/, "", $2); print $2; exit}' "$kustomization")
+  [ -n "$name" ] && [ -n "$tag" ] || die "cannot read the operator's image name and tag from $kustomization"
+  root="$work/operator"
+  base_rootfs "$root" 'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin' 'nonroot:x:65532:'
+  copy_with_libs "$root" "$operator"
+  mkdir -p "$root/usr/bin"
+  mv "$root$operator" "$root/usr/bin/clair-operator"
+  image "$name:$tag" "$root" \
+    --config.entrypoint /usr/bin/clair-operator --config.cmd run \
+    --config.user 65532:65532 --config.exposedports 8443/tcp >/dev/null
+fi
 
 echo "$out"

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod clair;
+pub mod runner;
 
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
@@ -22,8 +23,9 @@ pub const FIELD_MANAGER: &str = "clair-operator-tests";
 pub const OPERATOR_SERVICE_ACCOUNT: &str = "system:serviceaccount:clair-operator:clair-operator";
 
 pub struct TestEnv {
-    // Held for its Drop; declared first so it stops before the control plane does.
-    _operator: Operator,
+    // Held for its Drop; declared first so it stops before the control plane does. None
+    // when the operator runs in the cluster (the real-node tier).
+    _operator: Option<Operator>,
     pub plane: ControlPlane,
     /// A real PostgreSQL on loopback, for the database tests.
     pub postgres: Postgres,
@@ -139,7 +141,9 @@ impl TestEnv {
     }
 
     /// As [`TestEnv::start`], with a real node and no kwok nodes: every pod truly runs.
-    /// PostgreSQL also listens on the node's address, where pods reach it.
+    /// PostgreSQL also listens on the node's address, where pods reach it. With an operator
+    /// image, the operator runs in the cluster as `deploy/base` installs it (its webhook
+    /// called through its Service), not in this process.
     pub fn start_real_node(images: RealNodeImages) -> anyhow::Result<Self> {
         Self::start_with(Options {
             nodes: 0,
@@ -150,6 +154,10 @@ impl TestEnv {
 
     fn start_with(options: Options) -> anyhow::Result<Self> {
         let real_node = options.real_node.is_some();
+        let in_cluster = options
+            .real_node
+            .as_ref()
+            .is_some_and(|images| images.operator.is_some());
         let plane = ControlPlane::start(options)?;
         eprintln!(
             "control plane up at {} (folder {})",
@@ -175,7 +183,22 @@ impl TestEnv {
             real_node.then_some((NODE_IP, POD_CIDR)),
         )
         .context("start PostgreSQL for the database tests")?;
-        let operator = Operator::start(&plane)?;
+        let operator = if in_cluster {
+            let output = plane
+                .kubectl()
+                .args(["--namespace", "clair-operator", "rollout", "status"])
+                .args(["deployment/clair-operator", "--timeout=180s"])
+                .output()?;
+            if !output.status.success() {
+                bail!(
+                    "the operator's Deployment did not become available: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            None
+        } else {
+            Some(Operator::start(&plane)?)
+        };
         let env = Self {
             _operator: operator,
             plane,
