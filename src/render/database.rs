@@ -11,8 +11,8 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodTemplateSpec, Probe,
-    Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodTemplateSpec, Probe, Secret,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

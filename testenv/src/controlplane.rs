@@ -178,7 +178,11 @@ impl ControlPlane {
         ] = free_ports()?;
         // With a real node the apiserver listens on the node's address, where pods (the
         // operator's among them) reach it through the `kubernetes` Service; else loopback.
-        let address = if self.node.is_some() { NODE_IP } else { "127.0.0.1" };
+        let address = if self.node.is_some() {
+            NODE_IP
+        } else {
+            "127.0.0.1"
+        };
         self.server = format!("https://{address}:{api_port}");
         for user in self
             .tokens
@@ -235,7 +239,10 @@ impl ControlPlane {
                 "--profiling=false".into(),
                 // Logs, exec and port-forward on a real node: by its address, with a client
                 // certificate the kubelet trusts.
-                format!("--kubelet-client-certificate={}", path("kubelet-client.crt")),
+                format!(
+                    "--kubelet-client-certificate={}",
+                    path("kubelet-client.crt")
+                ),
                 format!("--kubelet-client-key={}", path("kubelet-client.key")),
                 "--kubelet-preferred-address-types=InternalIP".into(),
                 // Every write, one JSON line each: tests count who wrote what.
@@ -346,7 +353,13 @@ impl ControlPlane {
         let nodes: Api<Node> = Api::all(self.client().await?);
         self.wait_for("the real node to become Ready", || {
             let nodes = nodes.clone();
-            async move { Ok(nodes.get_opt(NODE_NAME).await?.as_ref().is_some_and(node_ready)) }
+            async move {
+                Ok(nodes
+                    .get_opt(NODE_NAME)
+                    .await?
+                    .as_ref()
+                    .is_some_and(node_ready))
+            }
         })
         .await
     }

@@ -108,8 +108,13 @@ impl HostState {
         kill_shims();
         let mut prefixes: Vec<PathBuf> = node_dirs.iter().map(|d| d.to_path_buf()).collect();
         prefixes.extend(
-            ["/run/containerd", "/var/run/netns", "/run/netns", "/var/lib/kubelet"]
-                .map(PathBuf::from),
+            [
+                "/run/containerd",
+                "/var/run/netns",
+                "/run/netns",
+                "/var/lib/kubelet",
+            ]
+            .map(PathBuf::from),
         );
         unmount_under(&prefixes);
         remove_pod_cgroups();
@@ -117,7 +122,10 @@ impl HostState {
             drop_chains(family);
         }
         run_quiet("ip", &["link", "delete", BRIDGE]);
-        run_quiet("ip", &["address", "delete", &format!("{NODE_IP}/32"), "dev", "lo"]);
+        run_quiet(
+            "ip",
+            &["address", "delete", &format!("{NODE_IP}/32"), "dev", "lo"],
+        );
         let absent = std::fs::read_to_string(self.dir.join("absent-dirs")).unwrap_or_default();
         for dir in absent.lines().filter(|l| !l.is_empty()) {
             if let Err(e) = std::fs::remove_dir_all(dir)
@@ -205,7 +213,11 @@ fn kill_shims() {
         return;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();

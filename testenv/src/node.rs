@@ -73,7 +73,14 @@ impl RealNode {
     }
 
     fn prepare_host(&self) -> Result<()> {
-        for sub in ["cni/net.d", "cni/ipam", "containerd", "kubelet", "pod-logs", "volume-plugins"] {
+        for sub in [
+            "cni/net.d",
+            "cni/ipam",
+            "containerd",
+            "kubelet",
+            "pod-logs",
+            "volume-plugins",
+        ] {
             std::fs::create_dir_all(self.path(sub))
                 .map_err(io_error(format!("create {}", self.path(sub).display())))?;
         }
@@ -83,7 +90,10 @@ impl RealNode {
             host::run_quiet("modprobe", &["br_netfilter"]);
         }
         host::set_sysctl("net/bridge/bridge-nf-call-iptables", "1")?;
-        host::run("ip", &["address", "add", &format!("{NODE_IP}/32"), "dev", "lo"])?;
+        host::run(
+            "ip",
+            &["address", "add", &format!("{NODE_IP}/32"), "dev", "lo"],
+        )?;
         // Pods talk to pods, Services and this host only: nothing they send is forwarded off
         // the machine.
         host::run("iptables", &["-N", EGRESS_CHAIN])?;
@@ -113,7 +123,10 @@ impl RealNode {
                 },
             }],
         });
-        write(&self.path("cni/net.d/10-clair-testenv.conflist"), &cni.to_string())
+        write(
+            &self.path("cni/net.d/10-clair-testenv.conflist"),
+            &cni.to_string(),
+        )
     }
 
     fn socket(&self) -> PathBuf {
@@ -200,7 +213,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self.kubelet_port = port;
         // Pods with dnsPolicy Default get no resolver of the host's: nothing resolves
         // outside the cluster.
-        write(&self.path("resolv.conf"), "# no upstream resolvers in tests\n")?;
+        write(
+            &self.path("resolv.conf"),
+            "# no upstream resolvers in tests\n",
+        )?;
         let socket = format!("unix://{}", self.socket().display());
         let config = serde_json::json!({
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -317,7 +333,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Ok(())
     }
 
-    fn wait(&mut self, what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+    fn wait(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<()> {
         let start = Instant::now();
         while !ready() {
             for process in &mut self.processes {

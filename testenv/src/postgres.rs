@@ -137,8 +137,7 @@ impl Postgres {
         if let Some((address, clients)) = from {
             listen = format!("{listen},{address}");
             let hba = data.join("pg_hba.conf");
-            let mut text =
-                std::fs::read_to_string(&hba).map_err(io_error("read pg_hba.conf"))?;
+            let mut text = std::fs::read_to_string(&hba).map_err(io_error("read pg_hba.conf"))?;
             // Pods, and the host itself when it connects to that address.
             text.push_str(&format!(
                 "host all all {clients} scram-sha-256\nhost all all {address}/32 scram-sha-256\n"

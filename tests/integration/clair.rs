@@ -27,7 +27,6 @@ use crate::support::clair::{
 };
 use crate::support::{FIELD_MANAGER, TestEnv, eventually, operator_writes};
 
-
 pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
     env: &TestEnv,
 ) -> anyhow::Result<()> {

@@ -28,7 +28,8 @@ const UPDATER: &str = "clair-operator-test-alpine";
 
 /// An Alpine layer: `etc/os-release` and an apk database holding one package at `version`.
 pub fn alpine_layer(version: &str) -> anyhow::Result<Vec<u8>> {
-    let os_release = "NAME=\"Alpine Linux\"\nID=alpine\nVERSION_ID=3.18.4\nPRETTY_NAME=\"Alpine Linux v3.18\"\n";
+    let os_release =
+        "NAME=\"Alpine Linux\"\nID=alpine\nVERSION_ID=3.18.4\nPRETTY_NAME=\"Alpine Linux v3.18\"\n";
     let installed = format!("P:{PACKAGE}\nV:{version}\nA:x86_64\no:{PACKAGE}\n\n");
     let mut builder = tar::Builder::new(Vec::new());
     for (path, text) in [
@@ -76,7 +77,6 @@ pub fn vulnerability_export() -> String {
     });
     format!("{record}\n")
 }
-
 
 /// An HTTP server on the node's address: `GET /PATH` for each file, `POST /notify` for the
 /// notifier's webhook (accepted and dropped). Stops with the test's runtime.

@@ -130,10 +130,17 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
         .and_then(|s| s.pod_ip)
         .context("the new database pod has no IP")?;
     let passwords = secret_text(&secrets.get("clair-database").await?, "postgres-password")?;
-    let count = psql(env, &ip, &passwords, "indexer", &format!(
-        "SELECT count(*) FROM manifest WHERE hash = '{manifest}'"
-    ))?;
-    ensure!(count == "1", "the indexed manifest is gone after the restart: {count:?}");
+    let count = psql(
+        env,
+        &ip,
+        &passwords,
+        "indexer",
+        &format!("SELECT count(*) FROM manifest WHERE hash = '{manifest}'"),
+    )?;
+    ensure!(
+        count == "1",
+        "the indexed manifest is gone after the restart: {count:?}"
+    );
 
     // Clair's pooled connections still point at the old pod's address and hang until TCP
     // gives up (docs/runbooks/DatabaseReady.md): restart the indexer, as the runbook says,
@@ -141,7 +148,12 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     env.kubectl_ok(&ns, &["rollout", "restart", "deployment/clair-indexer"])?;
     env.kubectl_ok(
         &ns,
-        &["rollout", "status", "deployment/clair-indexer", "--timeout=300s"],
+        &[
+            "rollout",
+            "status",
+            "deployment/clair-indexer",
+            "--timeout=300s",
+        ],
     )?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let (status, text) = request(
@@ -164,9 +176,17 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
 }
 
 /// One SQL statement as the engine's superuser, from the host to the pod's address.
-fn psql(env: &TestEnv, host: &str, password: &str, database: &str, sql: &str) -> anyhow::Result<String> {
+fn psql(
+    env: &TestEnv,
+    host: &str,
+    password: &str,
+    database: &str,
+    sql: &str,
+) -> anyhow::Result<String> {
     let output = std::process::Command::new(env.postgres.bin_dir().join("psql"))
-        .args(["-h", host, "-p", "5432", "-U", "postgres", "-d", database, "-tA", "-c", sql])
+        .args([
+            "-h", host, "-p", "5432", "-U", "postgres", "-d", database, "-tA", "-c", sql,
+        ])
         .env("PGPASSWORD", password)
         .stdin(std::process::Stdio::null())
         .output()?;

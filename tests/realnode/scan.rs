@@ -17,8 +17,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::fixtures::{
-    FIXED_VERSION, FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer,
-    digest, psk_token, request, vulnerability_export,
+    FIXED_VERSION, FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer, digest,
+    psk_token, request, vulnerability_export,
 };
 use crate::support::clair::{
     apply_json, create_clair, external_databases, external_spec, phase_is, secret_text,
@@ -113,6 +113,25 @@ pub async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result
     Ok(serving)
 }
 
+/// The operator's validating webhook, which the apiserver calls through the operator's
+/// Service in the cluster, refuses a labelled ConfigMap with an invalid config and names
+/// the field.
+fn webhook_refuses_an_invalid_config(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
+    let manifest = r#"{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bad-config",
+                     "labels": {"clair.projectquay.io/validate-config": "true"},
+                     "annotations": {"clair.projectquay.io/config": "config.yaml"}},
+        "data": {"config.yaml": "http_listen_addr: :6060\nlog_level: loud\n"}}"#;
+    let outcome = env.kubectl_run(ns, &["apply", "-f", "-"], Some(manifest))?;
+    ensure!(
+        !outcome.success && outcome.stderr.contains("log_level"),
+        "the in-cluster webhook did not refuse an invalid config: {} {}",
+        outcome.stdout,
+        outcome.stderr
+    );
+    Ok(())
+}
+
 /// `result`, with the namespace's pods and Events and the operator's log added to an error.
 pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> anyhow::Result<T> {
     result.map_err(|e| {
@@ -139,20 +158,29 @@ pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> a
 pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
     env.kubectl_ok(
         ns,
-        &["create", "job", "updaters-now", "--from=cronjob/clair-updaters"],
+        &[
+            "create",
+            "job",
+            "updaters-now",
+            "--from=cronjob/clair-updaters",
+        ],
     )?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    eventually(Duration::from_secs(240), "the updater Job to succeed", || {
-        let jobs = jobs.clone();
-        async move {
-            let job = jobs.get("updaters-now").await?;
-            let status = job.status.unwrap_or_default();
-            if status.failed.unwrap_or(0) > 0 {
-                bail!("the updater Job failed: {:?}", status.conditions);
+    eventually(
+        Duration::from_secs(240),
+        "the updater Job to succeed",
+        || {
+            let jobs = jobs.clone();
+            async move {
+                let job = jobs.get("updaters-now").await?;
+                let status = job.status.unwrap_or_default();
+                if status.failed.unwrap_or(0) > 0 {
+                    bail!("the updater Job failed: {:?}", status.conditions);
+                }
+                Ok(status.succeeded.unwrap_or(0) > 0)
             }
-            Ok(status.succeeded.unwrap_or(0) > 0)
-        }
-    })
+        },
+    )
     .await
     .map_err(|e| {
         let logs = env
@@ -173,16 +201,25 @@ pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Resul
         .and_then(|s| s.cluster_ip)
         .context("a Service without a cluster IP")?;
     // kube-proxy programs the Service's endpoints a moment after the pods turn Ready.
-    eventually(Duration::from_secs(30), &format!("Service {name} to accept connections"), || {
-        let address = format!("{ip}:6060");
-        async move { Ok(tokio::net::TcpStream::connect(address).await.is_ok()) }
-    })
+    eventually(
+        Duration::from_secs(30),
+        &format!("Service {name} to accept connections"),
+        || {
+            let address = format!("{ip}:6060");
+            async move { Ok(tokio::net::TcpStream::connect(address).await.is_ok()) }
+        },
+    )
     .await?;
     Ok(format!("http://{ip}:6060"))
 }
 
 /// Indexes a one-layer manifest through the indexer and returns its report.
-pub async fn index(indexer: &str, token: &str, layer_url: &str, layer: &[u8]) -> anyhow::Result<Value> {
+pub async fn index(
+    indexer: &str,
+    token: &str,
+    layer_url: &str,
+    layer: &[u8],
+) -> anyhow::Result<Value> {
     // The manifest digest is any unique digest: the layer's bytes hashed with a salt.
     let manifest = digest(&[layer, b"manifest"].concat());
     let body = json!({
@@ -210,7 +247,11 @@ pub async fn index(indexer: &str, token: &str, layer_url: &str, layer: &[u8]) ->
 
 /// The matcher's vulnerability report for the manifest of `index_report`; waits while the
 /// matcher answers 202 (no vulnerability data yet).
-pub async fn vulnerability_report(matcher: &str, token: &str, index_report: &Value) -> anyhow::Result<Value> {
+pub async fn vulnerability_report(
+    matcher: &str,
+    token: &str,
+    index_report: &Value,
+) -> anyhow::Result<Value> {
     let manifest = index_report["manifest_hash"]
         .as_str()
         .context("the index report names no manifest")?;
@@ -253,6 +294,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = restricted_namespace(env, "scan").await?;
+    webhook_refuses_an_invalid_config(env, &ns)?;
     external_databases(env, &client, &ns).await?;
 
     let vulnerable = alpine_layer(VULNERABLE_VERSION)?;
@@ -261,7 +303,10 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     let server = FixtureServer::start(HashMap::from([
         ("layers/vulnerable.tar".to_string(), vulnerable.clone()),
         ("layers/fixed.tar".to_string(), fixed.clone()),
-        ("export.json".to_string(), vulnerability_export().into_bytes()),
+        (
+            "export.json".to_string(),
+            vulnerability_export().into_bytes(),
+        ),
         ("repo2cpe.json".to_string(), mapping.clone()),
         ("name2repos.json".to_string(), mapping),
     ]))
@@ -283,7 +328,10 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     .await;
     dump_on_error(env, &ns, available)?;
     let serving = pods_running_as_nobody(&client, &ns).await?;
-    ensure!(serving == 3, "{serving} Clair pods serve, expected indexer, matcher and notifier");
+    ensure!(
+        serving == 3,
+        "{serving} Clair pods serve, expected indexer, matcher and notifier"
+    );
 
     // The updater CronJob's pod imports the vulnerability into the matcher's database.
     run_updaters_now(env, &client, &ns).await?;
@@ -300,10 +348,22 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     let token = psk_token(&psk, "quay")?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let matcher = service_url(&client, &ns, "clair-matcher").await?;
-    let (status, _) = request("GET", format!("{indexer}/indexer/api/v1/index_state"), None, None).await?;
+    let (status, _) = request(
+        "GET",
+        format!("{indexer}/indexer/api/v1/index_state"),
+        None,
+        None,
+    )
+    .await?;
     ensure!(status == 401, "an unsigned request got {status}, not 401");
 
-    let report = index(&indexer, &token, &server.url("layers/vulnerable.tar"), &vulnerable).await?;
+    let report = index(
+        &indexer,
+        &token,
+        &server.url("layers/vulnerable.tar"),
+        &vulnerable,
+    )
+    .await?;
     let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
     let names = vulnerabilities_of(&vulnerabilities, PACKAGE);
     ensure!(
@@ -313,8 +373,13 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
 
     let report = index(&indexer, &token, &server.url("layers/fixed.tar"), &fixed).await?;
     let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
-    let packages = vulnerabilities["packages"].as_object().map_or(0, |p| p.len());
-    ensure!(packages == 1, "the fixed layer's package was not found: {vulnerabilities}");
+    let packages = vulnerabilities["packages"]
+        .as_object()
+        .map_or(0, |p| p.len());
+    ensure!(
+        packages == 1,
+        "the fixed layer's package was not found: {vulnerabilities}"
+    );
     let names = vulnerabilities_of(&vulnerabilities, PACKAGE);
     ensure!(
         names.is_empty(),

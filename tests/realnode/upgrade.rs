@@ -23,11 +23,11 @@ use crate::scan::{
     START, airgapped_dropin, dump_on_error, index, restricted_namespace, run_updaters_now,
     service_url, vulnerabilities_of, vulnerability_report,
 };
+use crate::support::TestEnv;
 use crate::support::clair::{
     create_clair, external_databases, external_spec, patch_spec, phase_is, secret_text,
     wait_clair_within,
 };
-use crate::support::TestEnv;
 
 const OLDER: &str = "quay.io/projectquay/clair:4.8.0";
 const PINNED: &str = "quay.io/projectquay/clair:4.9.0";
@@ -42,7 +42,10 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
     let mapping = br#"{"data":{}}"#.to_vec();
     let server = FixtureServer::start(HashMap::from([
         ("layer.tar".to_string(), layer.clone()),
-        ("export.json".to_string(), vulnerability_export().into_bytes()),
+        (
+            "export.json".to_string(),
+            vulnerability_export().into_bytes(),
+        ),
         ("repo2cpe.json".to_string(), mapping.clone()),
         ("name2repos.json".to_string(), mapping),
     ]))
@@ -53,7 +56,14 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
     spec["updaters"] = json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": server.url("export.json")}});
     create_clair(&client, &ns, "clair", spec).await?;
     let available = |what: &'static str| {
-        wait_clair_within(START, &client, &ns, "clair", what, phase_is(Phase::Available))
+        wait_clair_within(
+            START,
+            &client,
+            &ns,
+            "clair",
+            what,
+            phase_is(Phase::Available),
+        )
     };
     let clair = dump_on_error(env, &ns, available("clair Available on 4.8.0").await)?;
     let version = clair.status.and_then(|s| s.version);
@@ -95,12 +105,17 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
         .await?
         .items
         .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some("Job") && e.reason.as_deref() == Some("Completed"))
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Job")
+                && e.reason.as_deref() == Some("Completed")
+        })
         .filter_map(|e| e.involved_object.name)
         .collect();
     for step in ["pre", "post"] {
         ensure!(
-            completed.iter().any(|name| name.starts_with(&format!("clair-upgrade-{step}-"))),
+            completed
+                .iter()
+                .any(|name| name.starts_with(&format!("clair-upgrade-{step}-"))),
             "no completed `clairctl admin {step}` Job: {completed:?}"
         );
     }

@@ -41,7 +41,11 @@ where
 
 /// Roles `PREFIX_indexer` and so on, each owning a database of its name, on the test
 /// PostgreSQL; returns their connection strings in a Secret named `databases`.
-pub async fn external_databases(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<String> {
+pub async fn external_databases(
+    env: &TestEnv,
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<String> {
     let prefix = ns.replace('-', "_");
     let mut data = serde_json::Map::new();
     for service in ["indexer", "matcher", "notifier"] {
@@ -85,7 +89,12 @@ pub fn external_spec() -> Value {
     })
 }
 
-pub async fn create_clair(client: &Client, ns: &str, name: &str, spec: Value) -> anyhow::Result<()> {
+pub async fn create_clair(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> anyhow::Result<()> {
     apply_json::<Clair>(
         client,
         ns,

@@ -10,8 +10,7 @@ use libtest_mimic::{Arguments, Failed, Trial};
 
 use super::TestEnv;
 
-pub type TestFuture<'a> =
-    std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
+pub type TestFuture<'a> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
 pub type TestFn = for<'a> fn(&'a TestEnv) -> TestFuture<'a>;
 
 /// Every test, by module path: `tests![module::test, ...]`.
