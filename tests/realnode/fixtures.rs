@@ -54,7 +54,7 @@ pub fn digest(bytes: &[u8]) -> String {
 /// One record of `clairctl export-updaters` output (claircore's jsonblob form): the
 /// vulnerability, as the Alpine matcher compares it (distribution ID, name and pretty name;
 /// the package by name and kind; fixed in [`FIXED_VERSION`]).
-pub fn vulnerability_export() -> String {
+fn vulnerability_export() -> String {
     let record = serde_json::json!({
         "Updater": UPDATER,
         "Fingerprint": "fp-1",
@@ -85,7 +85,7 @@ pub struct FixtureServer {
 }
 
 impl FixtureServer {
-    pub async fn start(files: HashMap<String, Vec<u8>>) -> anyhow::Result<Self> {
+    async fn start(files: HashMap<String, Vec<u8>>) -> anyhow::Result<Self> {
         let app = Router::new()
             .route("/notify", post(|| async { StatusCode::OK }))
             .route("/{*path}", get(file))
@@ -96,6 +96,25 @@ impl FixtureServer {
         let address = listener.local_addr()?;
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(Self { address })
+    }
+
+    /// The server every scan needs: each layer at `layers/NAME.tar`, the vulnerability
+    /// export at `export.json`, and the (empty) RHEL mapping files an air-gapped indexer
+    /// reads at `repo2cpe.json` and `name2repos.json`.
+    pub async fn for_scans(layers: &[(&str, &[u8])]) -> anyhow::Result<Self> {
+        let mapping = br#"{"data":{}}"#.to_vec();
+        let mut files = HashMap::from([
+            (
+                "export.json".to_string(),
+                vulnerability_export().into_bytes(),
+            ),
+            ("repo2cpe.json".to_string(), mapping.clone()),
+            ("name2repos.json".to_string(), mapping),
+        ]);
+        for (name, bytes) in layers {
+            files.insert(format!("layers/{name}.tar"), bytes.to_vec());
+        }
+        Self::start(files).await
     }
 
     /// `http://NODE_IP:PORT/PATH`.

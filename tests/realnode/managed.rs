@@ -4,7 +4,6 @@
 //! deleting the database pod loses nothing: the claim (a local volume) keeps the data, the
 //! StatefulSet starts a new pod on it, and an index report written before is still there.
 
-use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 
 use anyhow::{Context, ensure};
@@ -54,13 +53,7 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     let ns = restricted_namespace(env, "managed").await?;
     local_volume(env, &ns).await?;
     let layer = alpine_layer(VULNERABLE_VERSION)?;
-    let mapping = br#"{"data":{}}"#.to_vec();
-    let server = FixtureServer::start(HashMap::from([
-        ("layer.tar".to_string(), layer.clone()),
-        ("repo2cpe.json".to_string(), mapping.clone()),
-        ("name2repos.json".to_string(), mapping),
-    ]))
-    .await?;
+    let server = FixtureServer::for_scans(&[("vulnerable", &layer)]).await?;
     airgapped_dropin(&client, &ns, &server).await?;
     create_clair(
         &client,
@@ -94,7 +87,13 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
     let token = psk_token(&psk, "quay")?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let report = index(&indexer, &token, &server.url("layer.tar"), &layer).await?;
+    let report = index(
+        &indexer,
+        &token,
+        &server.url("layers/vulnerable.tar"),
+        &layer,
+    )
+    .await?;
     let manifest = report["manifest_hash"]
         .as_str()
         .context("no manifest hash")?

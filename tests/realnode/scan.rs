@@ -5,7 +5,6 @@
 //! indexer's Service, signed with the pre-shared key, gets a vulnerability report naming
 //! exactly the known vulnerability (and none for the fixed version).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -18,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::fixtures::{
     FIXED_VERSION, FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer, digest,
-    psk_token, request, vulnerability_export,
+    psk_token, request,
 };
 use crate::support::clair::{
     apply_json, create_clair, external_databases, external_spec, phase_is, secret_text,
@@ -299,18 +298,8 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
 
     let vulnerable = alpine_layer(VULNERABLE_VERSION)?;
     let fixed = alpine_layer(FIXED_VERSION)?;
-    let mapping = br#"{"data":{}}"#.to_vec();
-    let server = FixtureServer::start(HashMap::from([
-        ("layers/vulnerable.tar".to_string(), vulnerable.clone()),
-        ("layers/fixed.tar".to_string(), fixed.clone()),
-        (
-            "export.json".to_string(),
-            vulnerability_export().into_bytes(),
-        ),
-        ("repo2cpe.json".to_string(), mapping.clone()),
-        ("name2repos.json".to_string(), mapping),
-    ]))
-    .await?;
+    let server =
+        FixtureServer::for_scans(&[("vulnerable", &vulnerable), ("fixed", &fixed)]).await?;
     airgapped_dropin(&client, &ns, &server).await?;
     let mut spec = external_spec();
     spec["updaters"] = json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": server.url("export.json")}});

@@ -6,8 +6,6 @@
 //! binaries tagged 4.8.0 (see docs/decisions.md): this proves the mechanics, not a schema
 //! migration between versions.
 
-use std::collections::HashMap;
-
 use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Phase};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -17,7 +15,6 @@ use serde_json::json;
 
 use crate::fixtures::{
     FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer, psk_token,
-    vulnerability_export,
 };
 use crate::scan::{
     START, airgapped_dropin, dump_on_error, index, restricted_namespace, run_updaters_now,
@@ -39,17 +36,7 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
     let ns = restricted_namespace(env, "upgrade").await?;
     external_databases(env, &client, &ns).await?;
     let layer = alpine_layer(VULNERABLE_VERSION)?;
-    let mapping = br#"{"data":{}}"#.to_vec();
-    let server = FixtureServer::start(HashMap::from([
-        ("layer.tar".to_string(), layer.clone()),
-        (
-            "export.json".to_string(),
-            vulnerability_export().into_bytes(),
-        ),
-        ("repo2cpe.json".to_string(), mapping.clone()),
-        ("name2repos.json".to_string(), mapping),
-    ]))
-    .await?;
+    let server = FixtureServer::for_scans(&[("vulnerable", &layer)]).await?;
     airgapped_dropin(&client, &ns, &server).await?;
     let mut spec = external_spec();
     spec["image"] = json!(OLDER);
@@ -75,7 +62,13 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
     let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
     let token = psk_token(&psk, "quay")?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let report = index(&indexer, &token, &server.url("layer.tar"), &layer).await?;
+    let report = index(
+        &indexer,
+        &token,
+        &server.url("layers/vulnerable.tar"),
+        &layer,
+    )
+    .await?;
 
     // The upgrade.
     patch_spec(&client, &ns, "clair", json!({"image": PINNED})).await?;
