@@ -47,6 +47,8 @@ const FIXED_DIRS: &[&str] = &[
     "/run/containerd",
     "/var/run/netns",
 ];
+// (`/run/containerd` holds the shims' sockets and runc's state even with containerd's own
+// root and state elsewhere.)
 
 /// The lock and the record of what to restore. Dropping it releases the lock (the sweep is
 /// [`HostState::restore`], called by the node's stop).
@@ -72,7 +74,15 @@ impl HostState {
         // saved before taking a new record.
         if state.dir.join("sysctls").exists() {
             tracing::warn!("an earlier real node did not stop cleanly: sweeping what it left");
-            state.restore(&[]);
+            state.restore();
+        } else if !pod_cgroups().is_empty() {
+            // Pods' cgroups that are not ours: another kubelet runs here, and the clean-up
+            // (which kills every process in them) would take its pods down.
+            return Err(Error::Missing(
+                "this machine already runs a Kubernetes node (cgroup `kubepods` exists): the \
+                 real-node tests need a machine without one"
+                    .into(),
+            ));
         }
         state.record()?;
         Ok(state)
@@ -98,25 +108,18 @@ impl HostState {
             .map_err(io_error("record the node's sysctls"))
     }
 
-    /// Puts the host back: kills every process left in the pods' cgroups and every shim,
-    /// unmounts what is mounted under the node's folders, removes network namespaces,
-    /// cgroups, iptables chains, the bridge and the node address, the fixed folders that
-    /// did not exist before, and restores the sysctls. Best effort: each step goes on when
-    /// one fails, and a failure is logged.
-    pub fn restore(&self, node_dirs: &[&Path]) {
+    /// Puts the host back: kills every process left in the pods' cgroups and every shim of
+    /// a node's containerd, unmounts what is mounted in a node's folders and the pods'
+    /// network namespaces, removes those, the cgroups, iptables chains, the bridge and the
+    /// node address, the fixed folders that did not exist before, and restores the sysctls.
+    /// Best effort: each step goes on when one fails. Everything it touches is a node's own
+    /// (a path in a `clair-testenv-` folder, a `cni-` namespace, a `KUBE-`/`CNI-` chain):
+    /// another containerd or Docker on the machine is left alone.
+    pub fn restore(&self) {
         kill_pod_processes();
         kill_shims();
-        let mut prefixes: Vec<PathBuf> = node_dirs.iter().map(|d| d.to_path_buf()).collect();
-        prefixes.extend(
-            [
-                "/run/containerd",
-                "/var/run/netns",
-                "/run/netns",
-                "/var/lib/kubelet",
-            ]
-            .map(PathBuf::from),
-        );
-        unmount_under(&prefixes);
+        remove_pod_network_namespaces();
+        unmount_node_folders();
         remove_pod_cgroups();
         for family in ["iptables", "ip6tables"] {
             drop_chains(family);
@@ -207,7 +210,8 @@ fn kill_pod_processes() {
     tracing::warn!("processes remain in the pods' cgroups");
 }
 
-/// containerd's shims outlive containerd itself: find them by name and kill them.
+/// containerd's shims outlive containerd itself: find those of a node's containerd (its
+/// socket lives in a `clair-testenv-` folder) and kill them.
 fn kill_shims() {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return;
@@ -221,8 +225,10 @@ fn kill_shims() {
             continue;
         };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let first = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-        if first.ends_with(b"containerd-shim-runc-v2") || first.ends_with(b"containerd-shim") {
+        let mut args = cmdline.split(|b| *b == 0);
+        let first = args.next().unwrap_or_default();
+        let ours = args.any(|arg| arg.windows(NODE_FOLDER.len()).any(|w| w == NODE_FOLDER));
+        if ours && first.ends_with(b"containerd-shim-runc-v2") {
             // SAFETY: signalling a shim process found by its command line.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
@@ -231,23 +237,47 @@ fn kill_shims() {
     }
 }
 
-/// Unmounts (lazily, deepest first) every mount point below one of `prefixes`.
-fn unmount_under(prefixes: &[PathBuf]) {
+/// What every node folder's path holds: the control plane's temporary folder prefix.
+const NODE_FOLDER: &[u8] = b"/clair-testenv-";
+
+/// The network namespaces containerd made for pods (`cni-UUID`), unmounted and removed.
+fn remove_pod_network_namespaces() {
+    for dir in ["/var/run/netns", "/run/netns"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("cni-") {
+                unmount(&entry.path().display().to_string());
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+fn unmount(point: &str) {
+    if let Ok(c) = std::ffi::CString::new(point) {
+        // SAFETY: a valid NUL-terminated path.
+        unsafe {
+            libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
+/// Unmounts (lazily, deepest first) every mount point in a node's folder: the kubelet's
+/// bind mount of its root, volumes, container root filesystems.
+fn unmount_node_folders() {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let marker = String::from_utf8_lossy(NODE_FOLDER).into_owned();
     let mut points: Vec<String> = info
         .lines()
         .filter_map(|line| line.split_whitespace().nth(4).map(unescape_mount))
-        .filter(|point| prefixes.iter().any(|p| Path::new(point).starts_with(p)))
+        .filter(|point| point.contains(&marker))
         .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.len()));
     points.dedup();
     for point in points {
-        if let Ok(c) = std::ffi::CString::new(point.as_str()) {
-            // SAFETY: a valid NUL-terminated path.
-            unsafe {
-                libc::umount2(c.as_ptr(), libc::MNT_DETACH);
-            }
-        }
+        unmount(&point);
     }
 }
 

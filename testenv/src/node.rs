@@ -374,7 +374,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
         // Not `kube-proxy --cleanup`: it also flushes every IPVS rule on the host. The
         // restore drops kube-proxy's chains with the rest.
-        host.restore(&[&self.dir]);
+        host.restore();
     }
 }
 

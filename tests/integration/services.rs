@@ -496,20 +496,27 @@ pub async fn failing_pods_degrade_and_recovery_restores_available(
         reason == "BelowMinimumAvailable",
         "Degraded because {reason}"
     );
+    // The Event is recorded after the status is written: give it a moment.
     let api: Api<Event> = Api::namespaced(env.client().await?, &ns);
-    let warnings: Vec<Event> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .collect();
-    ensure!(
-        warnings
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("BelowMinimumAvailable")),
-        "no Warning event"
-    );
+    eventually(
+        Duration::from_secs(10),
+        "a BelowMinimumAvailable Warning event",
+        || {
+            let api = api.clone();
+            async move {
+                Ok(api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .any(|e| {
+                        e.type_.as_deref() == Some("Warning")
+                            && e.reason.as_deref() == Some("BelowMinimumAvailable")
+                    }))
+            }
+        },
+    )
+    .await?;
 
     // New pods replace the failed ones and the service recovers.
     pods.delete_collection(
