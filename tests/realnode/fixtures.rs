@@ -153,7 +153,8 @@ pub fn psk_token(psk_base64: &str, issuer: &str) -> anyhow::Result<String> {
     Ok(format!("{header}.{claims}.{signature}"))
 }
 
-/// One HTTP request (plain HTTP, run on a blocking thread); returns the status and body.
+/// One HTTP request (plain HTTP, run on a blocking thread, 30 s at most); returns the
+/// status and body.
 pub async fn request(
     method: &'static str,
     url: String,
@@ -163,7 +164,7 @@ pub async fn request(
     tokio::task::spawn_blocking(move || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(60)))
+            .timeout_global(Some(std::time::Duration::from_secs(30)))
             .build()
             .into();
         let auth = token.map(|t| format!("Bearer {t}"));

@@ -10,7 +10,7 @@ use anyhow::{Context, ensure};
 use clair_operator::api::Phase;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, psk_token, request};
@@ -142,8 +142,17 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     );
 
     // Clair's pooled connections still point at the old pod's address and hang until TCP
-    // gives up (docs/runbooks/DatabaseReady.md): restart the indexer, as the runbook says,
-    // and it serves the kept report.
+    // gives up (runbook ConfigValid.md#databasenotready): restart the indexer, as the
+    // runbook says, wait until its old pod is gone (while it terminates the Service may still
+    // send it a request), and the new one serves the kept report.
+    let indexer_pods = ListParams::default().labels("app.kubernetes.io/component=indexer");
+    let old: Vec<String> = pods
+        .list(&indexer_pods)
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
     env.kubectl_ok(&ns, &["rollout", "restart", "deployment/clair-indexer"])?;
     env.kubectl_ok(
         &ns,
@@ -154,6 +163,16 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
             "--timeout=300s",
         ],
     )?;
+    crate::support::eventually(START, "the old indexer pod to be gone", || {
+        let pods = pods.clone();
+        let indexer_pods = indexer_pods.clone();
+        let old = old.clone();
+        async move {
+            let now = pods.list(&indexer_pods).await?.items;
+            Ok(!now.iter().any(|p| old.contains(&p.name_any())))
+        }
+    })
+    .await?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let (status, text) = request(
         "GET",

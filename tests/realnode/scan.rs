@@ -199,13 +199,20 @@ pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Resul
         .spec
         .and_then(|s| s.cluster_ip)
         .context("a Service without a cluster IP")?;
-    // kube-proxy programs the Service's endpoints a moment after the pods turn Ready.
+    // kube-proxy programs the Service's endpoints a moment after the pods turn Ready. Each
+    // try is short: a connection DNATed to a pod that is gone never answers.
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         &format!("Service {name} to accept connections"),
         || {
             let address = format!("{ip}:6060");
-            async move { Ok(tokio::net::TcpStream::connect(address).await.is_ok()) }
+            async move {
+                let attempt = tokio::net::TcpStream::connect(address);
+                Ok(matches!(
+                    tokio::time::timeout(Duration::from_secs(2), attempt).await,
+                    Ok(Ok(_))
+                ))
+            }
         },
     )
     .await?;
