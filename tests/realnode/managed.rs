@@ -13,10 +13,10 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, psk_token, request};
+use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request};
 use crate::scan::{
-    START, airgapped_dropin, dump_on_error, index, pods_running_as_nobody, restricted_namespace,
-    service_url,
+    START, airgapped_dropin, dump_on_error, index, pods_running_as_nobody, quay_token,
+    restricted_namespace, service_url,
 };
 use crate::support::clair::{create_clair, phase_is, secret_text, wait_clair_within};
 use crate::support::{FIELD_MANAGER, TestEnv};
@@ -82,10 +82,7 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     ensure!(serving == 3, "{serving} Clair pods serve");
 
     // Something to lose: an index report in the indexer's database.
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(client.clone(), &ns);
-    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
-    let token = psk_token(&psk, "quay")?;
+    let token = quay_token(&client, &ns).await?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let report = index(
         &indexer,
@@ -128,6 +125,7 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
         .status
         .and_then(|s| s.pod_ip)
         .context("the new database pod has no IP")?;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
     let passwords = secret_text(&secrets.get("clair-database").await?, "postgres-password")?;
     let count = psql(
         env,

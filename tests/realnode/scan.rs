@@ -189,6 +189,14 @@ pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyho
     })
 }
 
+/// A token signed with the Clair's pre-shared key (Secret `clair-psk`) as Quay signs its
+/// requests.
+pub async fn quay_token(client: &Client, ns: &str) -> anyhow::Result<String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
+    psk_token(&psk, "quay")
+}
+
 /// `http://CLUSTER-IP:6060`: the Service as the host reaches it (through kube-proxy), once
 /// it accepts connections.
 pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
@@ -339,9 +347,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
 
     // A real scan, as Quay runs one: index through the indexer's Service, then ask the
     // matcher (which fetches the index report from the indexer by its Service DNS name).
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
-    let token = psk_token(&psk, "quay")?;
+    let token = quay_token(&client, &ns).await?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let matcher = service_url(&client, &ns, "clair-matcher").await?;
     let (status, _) = request(

@@ -9,21 +9,18 @@
 use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Phase};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
-use crate::fixtures::{
-    FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer, psk_token,
-};
+use crate::fixtures::{FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer};
 use crate::scan::{
-    START, airgapped_dropin, dump_on_error, index, restricted_namespace, run_updaters_now,
-    service_url, vulnerabilities_of, vulnerability_report,
+    START, airgapped_dropin, dump_on_error, index, quay_token, restricted_namespace,
+    run_updaters_now, service_url, vulnerabilities_of, vulnerability_report,
 };
 use crate::support::TestEnv;
 use crate::support::clair::{
-    create_clair, external_databases, external_spec, patch_spec, phase_is, secret_text,
-    wait_clair_within,
+    create_clair, external_databases, external_spec, patch_spec, phase_is, wait_clair_within,
 };
 
 const OLDER: &str = "quay.io/projectquay/clair:4.8.0";
@@ -58,9 +55,7 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
 
     // A scan on the older version.
     run_updaters_now(env, &client, &ns).await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
-    let token = psk_token(&psk, "quay")?;
+    let token = quay_token(&client, &ns).await?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let report = index(
         &indexer,
