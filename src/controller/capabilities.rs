@@ -91,7 +91,19 @@ impl Capabilities {
             .await
         {
             Ok(list) => list.resources.iter().any(|r| r.name == api.plural()),
-            Err(_) => false,
+            // Not served: learnt. Any other failure (a timeout, a 503 while the apiserver
+            // rebuilds discovery) teaches nothing: keep the last answer, unremembered, so a
+            // passing error never flips what the operator renders (on OpenShift, the pods'
+            // users).
+            Err(kube::Error::Api(e)) if e.code == 404 => false,
+            Err(_) => {
+                let last = self
+                    .known
+                    .lock()
+                    .ok()
+                    .and_then(|known| known.get(&api).map(|(served, _)| *served));
+                return last.unwrap_or(false);
+            }
         };
         if let Ok(mut known) = self.known.lock() {
             known.insert(api, (served, Instant::now()));

@@ -116,9 +116,13 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
         }),
         period_seconds: Some(period),
         failure_threshold: Some(failures),
+        // The default, 1 s, leaves no slack on a loaded node.
+        timeout_seconds: Some(PROBE_TIMEOUT_SECONDS),
         ..Default::default()
     }
 }
+
+const PROBE_TIMEOUT_SECONDS: i32 = 5;
 
 fn scratch_volume(spec: &ServiceSpec) -> Volume {
     let scratch = spec.pod.scratch.clone().unwrap_or_default();

@@ -38,7 +38,8 @@ pub fn coredns_binary() -> Result<PathBuf> {
     Ok(build("tools/coredns/build.sh")?.join("coredns"))
 }
 
-/// The image archives a real node imports, built by `tools/images/build.sh` (cached).
+/// The image archives a real node imports, built by `tools/images/build.sh` (cached): the
+/// paths it prints, one a line.
 pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf>> {
     let mut args: Vec<String> = images
         .clair
@@ -48,23 +49,25 @@ pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf
     if let Some(binary) = &images.operator {
         args.extend(["--operator".to_string(), binary.display().to_string()]);
     }
-    let dir = build_with("tools/images/build.sh", &args)?;
-    let archives = std::fs::read_dir(&dir)
-        .map_err(|e| Error::Build(format!("cannot read {}: {e}", dir.display())))?
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == "tar"))
-        .collect();
-    Ok(archives)
+    let lines = run_script("tools/images/build.sh", &args)?;
+    Ok(lines
+        .into_iter()
+        .filter(|line| line.ends_with(".tar"))
+        .map(PathBuf::from)
+        .collect())
 }
 
 /// Runs a build script of the repository (build output to standard error as it happens)
 /// and returns the folder it prints on its last line.
 fn build(script: &str) -> Result<PathBuf> {
-    build_with(script, &[])
+    run_script(script, &[])?
+        .pop()
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Build(format!("{script} printed no folder")))
 }
 
-fn build_with(script: &str, args: &[String]) -> Result<PathBuf> {
+/// Runs a script of the repository with `args`; returns the lines it printed.
+fn run_script(script: &str, args: &[String]) -> Result<Vec<String>> {
     let script = repo_root().join(script);
     let output = Command::new("bash")
         .arg(&script)
@@ -80,11 +83,10 @@ fn build_with(script: &str, args: &[String]) -> Result<PathBuf> {
             output.status
         )));
     }
-    String::from_utf8_lossy(&output.stdout)
+    Ok(String::from_utf8_lossy(&output.stdout)
         .lines()
-        .last()
-        .map(PathBuf::from)
-        .ok_or_else(|| Error::Build(format!("{} printed no folder", script.display())))
+        .map(str::to_string)
+        .collect())
 }
 
 /// The repository root: this crate lives in `testenv/` beneath it.

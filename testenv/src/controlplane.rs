@@ -102,7 +102,12 @@ impl ControlPlane {
             .keep();
         let mut plane = Self::prepare(binaries, dir, &options)?;
         plane.keep_dir = options.keep_dir;
-        if options.real_node.is_some() {
+        // Built before the host is changed and the machine's node lock taken (minutes cold).
+        let node_parts = match &options.real_node {
+            Some(images) => Some((build_images(images)?, coredns_binary()?)),
+            None => None,
+        };
+        if node_parts.is_some() {
             plane.node = Some(RealNode::prepare(&plane.dir)?);
         }
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -110,8 +115,8 @@ impl ControlPlane {
             .build()
             .map_err(io_error("start a runtime"))?;
         runtime.block_on(plane.launch(options.nodes))?;
-        if let Some(images) = &options.real_node {
-            plane.start_real_node(images)?;
+        if let Some((archives, coredns)) = &node_parts {
+            plane.start_real_node(archives, coredns)?;
             runtime.block_on(plane.wait_for_real_node())?;
         }
         Ok(plane)
@@ -330,9 +335,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    fn start_real_node(&mut self, images: &RealNodeImages) -> Result<()> {
-        let archives = build_images(images)?;
-        let coredns = coredns_binary()?;
+    fn start_real_node(&mut self, archives: &[PathBuf], coredns: &Path) -> Result<()> {
         let kubeconfig = self.kubeconfig_path(NODE_USER);
         let client_ca = self.dir.join("ca.crt");
         let inputs = NodeInputs {
@@ -340,8 +343,8 @@ impl ControlPlane {
             binaries: &self.binaries,
             kubeconfig: &kubeconfig,
             client_ca: &client_ca,
-            images: &archives,
-            coredns: &coredns,
+            images: archives,
+            coredns,
         };
         match self.node.as_mut() {
             Some(node) => node.start(inputs),

@@ -27,6 +27,7 @@ pub const EGRESS_CHAIN: &str = "CLAIR-TESTENV-EGRESS";
 /// Sysctls the kubelet, kube-proxy and the node set: saved before, restored after.
 const SYSCTLS: &[&str] = &[
     "vm/overcommit_memory",
+    "vm/panic_on_oom",
     "kernel/panic",
     "kernel/panic_on_oops",
     "kernel/keys/root_maxkeys",
@@ -64,38 +65,57 @@ impl HostState {
         let dir = PathBuf::from(STATE_DIR);
         std::fs::create_dir_all(&dir).map_err(io_error(format!("create {STATE_DIR}")))?;
         let lock = File::create(dir.join("lock")).map_err(io_error("create the node lock"))?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io_error("lock the node")(std::io::Error::last_os_error()));
-        }
+        wait_for_lock(&lock)?;
         let state = Self { _lock: lock, dir };
         // A record left by an earlier node means it did not stop cleanly: put back what it
-        // saved before taking a new record.
+        // saved before taking a new record. Without one, anything that looks like a node is
+        // someone else's, and the clean-up (which kills every process in the pods' cgroups
+        // and drops `KUBE-` chains) would take it down.
         if state.dir.join("sysctls").exists() {
             tracing::warn!("an earlier real node did not stop cleanly: sweeping what it left");
             state.restore();
-        } else if !pod_cgroups().is_empty() {
-            // Pods' cgroups that are not ours: another kubelet runs here, and the clean-up
-            // (which kills every process in them) would take its pods down.
-            return Err(Error::Missing(
-                "this machine already runs a Kubernetes node (cgroup `kubepods` exists): the \
-                 real-node tests need a machine without one"
-                    .into(),
-            ));
+        } else if let Some(other) = another_node() {
+            return Err(Error::Missing(format!(
+                "this machine already runs a Kubernetes node ({other}): the real-node tests \
+                 need a machine without one"
+            )));
+        }
+        // Checked before the record: an address someone else uses must neither be taken
+        // nor removed by a restore.
+        let addresses = Command::new("ip")
+            .args(["-4", "-o", "address", "show"])
+            .output()
+            .map_err(io_error("run ip address show"))?;
+        if String::from_utf8_lossy(&addresses.stdout).contains(&format!(" {NODE_IP}/")) {
+            return Err(Error::Missing(format!(
+                "{NODE_IP} is already assigned on this machine: the real node needs it"
+            )));
         }
         state.record()?;
         Ok(state)
     }
 
     fn record(&self) -> Result<()> {
+        // A bridge sysctl that does not exist yet (br_netfilter not loaded) is recorded as 0:
+        // bridged traffic did not pass iptables before, and must not after.
         let sysctls: String = SYSCTLS
             .iter()
             .filter_map(|key| {
-                let value = std::fs::read_to_string(Path::new("/proc/sys").join(key)).ok()?;
-                Some(format!("{key}={}\n", value.trim()))
+                let value = match std::fs::read_to_string(Path::new("/proc/sys").join(key)) {
+                    Ok(value) => value.trim().to_string(),
+                    Err(_) if key.starts_with("net/bridge/") => "0".to_string(),
+                    Err(_) => return None,
+                };
+                Some(format!("{key}={value}\n"))
             })
             .collect();
+        // Pods' network namespaces are named `cni-…`, as podman's are: only those that
+        // appear after this record are the node's.
+        std::fs::write(
+            self.dir.join("netns-before"),
+            pod_network_namespaces().join("\n"),
+        )
+        .map_err(io_error("record the network namespaces"))?;
         let absent: String = FIXED_DIRS
             .iter()
             .filter(|dir| !Path::new(dir).exists())
@@ -113,12 +133,15 @@ impl HostState {
     /// network namespaces, removes those, the cgroups, iptables chains, the bridge and the
     /// node address, the fixed folders that did not exist before, and restores the sysctls.
     /// Best effort: each step goes on when one fails. Everything it touches is a node's own
-    /// (a path in a `clair-testenv-` folder, a `cni-` namespace, a `KUBE-`/`CNI-` chain):
+    /// (a path in a `clair-testenv-` folder, a `cni-` namespace that appeared after the
+    /// record, a `KUBE-` chain):
     /// another containerd or Docker on the machine is left alone.
     pub fn restore(&self) {
         kill_pod_processes();
         kill_shims();
-        remove_pod_network_namespaces();
+        let before = std::fs::read_to_string(self.dir.join("netns-before")).unwrap_or_default();
+        remove_pod_network_namespaces(&before.lines().collect::<Vec<_>>());
+        remove_log_links();
         unmount_node_folders();
         remove_pod_cgroups();
         for family in ["iptables", "ip6tables"] {
@@ -145,7 +168,50 @@ impl HostState {
         }
         let _ = std::fs::remove_file(self.dir.join("sysctls"));
         let _ = std::fs::remove_file(self.dir.join("absent-dirs"));
+        let _ = std::fs::remove_file(self.dir.join("netns-before"));
     }
+}
+
+/// How long a second real node waits for the first to stop.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1800);
+
+/// Takes the lock, saying so while another run holds it, for [`LOCK_WAIT`] at most.
+fn wait_for_lock(lock: &File) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let start = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > LOCK_WAIT {
+            return Err(Error::Timeout {
+                what: format!("the real-node lock {STATE_DIR}/lock (another run holds it)"),
+                seconds: LOCK_WAIT.as_secs(),
+                detail: String::new(),
+            });
+        }
+        if !told {
+            eprintln!("waiting for another run's real node to stop ({STATE_DIR}/lock)");
+            told = true;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// What shows that a Kubernetes node not ours runs here, if anything does.
+fn another_node() -> Option<String> {
+    if let Some(cgroup) = pod_cgroups().first() {
+        return Some(format!("cgroup {} exists", cgroup.display()));
+    }
+    let chains = Command::new("iptables-save")
+        .args(["-t", "nat"])
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(":KUBE-"))
+        .unwrap_or(false);
+    chains.then(|| "iptables has KUBE- chains".to_string())
 }
 
 /// Sets a sysctl (`net/ipv4/ip_forward` form).
@@ -181,9 +247,11 @@ fn pod_cgroups() -> Vec<PathBuf> {
     }
     let mut out = Vec::new();
     for root in cgroup_roots() {
-        let pods = root.join("kubepods");
-        if pods.is_dir() {
-            walk(&pods, &mut out);
+        for name in ["kubepods", "kubepods.slice"] {
+            let pods = root.join(name);
+            if pods.is_dir() {
+                walk(&pods, &mut out);
+            }
         }
     }
     out
@@ -240,17 +308,36 @@ fn kill_shims() {
 /// What every node folder's path holds: the control plane's temporary folder prefix.
 const NODE_FOLDER: &[u8] = b"/clair-testenv-";
 
-/// The network namespaces containerd made for pods (`cni-UUID`), unmounted and removed.
-fn remove_pod_network_namespaces() {
-    for dir in ["/var/run/netns", "/run/netns"] {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with("cni-") {
-                unmount(&entry.path().display().to_string());
-                let _ = std::fs::remove_file(entry.path());
-            }
+/// The paths of the `cni-…` network namespaces (containerd's for pods, and podman's).
+fn pod_network_namespaces() -> Vec<String> {
+    ["/var/run/netns", "/run/netns"]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.flatten())
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("cni-"))
+        .map(|entry| entry.path().display().to_string())
+        .collect()
+}
+
+/// The pods' network namespaces (those not in `before`), unmounted and removed.
+fn remove_pod_network_namespaces(before: &[&str]) {
+    for path in pod_network_namespaces() {
+        if !before.contains(&path.as_str()) {
+            unmount(&path);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The kubelet's links in `/var/log/containers` to the node's pod logs.
+fn remove_log_links() {
+    let Ok(entries) = std::fs::read_dir("/var/log/containers") else {
+        return;
+    };
+    let marker = String::from_utf8_lossy(NODE_FOLDER).into_owned();
+    for entry in entries.flatten() {
+        if std::fs::read_link(entry.path()).is_ok_and(|t| t.to_string_lossy().contains(&marker)) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
@@ -307,8 +394,8 @@ fn remove_pod_cgroups() {
     }
 }
 
-/// Drops every rule and chain named `KUBE-…`, `CNI-…` or ours from every table, keeping
-/// everything else: the table is saved, filtered and restored whole, so it is atomic.
+/// Deletes the rules that jump to, and the chains named, `KUBE-…` or ours, in every table,
+/// leaving every other rule alone: a `--noflush` script of `-D`, `-F` and `-X` lines.
 fn drop_chains(family: &str) {
     for table in ["filter", "nat", "mangle"] {
         let Ok(saved) = Command::new(format!("{family}-save"))
@@ -319,15 +406,12 @@ fn drop_chains(family: &str) {
             return;
         };
         let text = String::from_utf8_lossy(&saved.stdout);
-        if !text.contains("KUBE-") && !text.contains("CNI-") && !text.contains(EGRESS_CHAIN) {
+        let script = removal_script(table, &text);
+        if script.is_empty() {
             continue;
         }
-        let kept: String = text
-            .lines()
-            .filter(|l| !l.contains("KUBE-") && !l.contains("CNI-") && !l.contains(EGRESS_CHAIN))
-            .map(|l| format!("{l}\n"))
-            .collect();
         let restored = Command::new(format!("{family}-restore"))
+            .args(["--noflush", "-w", "10"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -335,7 +419,7 @@ fn drop_chains(family: &str) {
             .and_then(|mut child| {
                 use std::io::Write;
                 if let Some(mut stdin) = child.stdin.take() {
-                    stdin.write_all(kept.as_bytes())?;
+                    stdin.write_all(script.as_bytes())?;
                 }
                 child.wait_with_output()
             });
@@ -348,6 +432,40 @@ fn drop_chains(family: &str) {
             Err(e) => tracing::warn!("{family}-restore -t {table}: {e}"),
         }
     }
+}
+
+fn ours(chain: &str) -> bool {
+    chain.starts_with("KUBE-") || chain == EGRESS_CHAIN
+}
+
+/// From `iptables-save -t TABLE` output: the script that deletes, in built-in and foreign
+/// chains, each rule jumping to one of ours, then flushes and deletes ours. Empty when there
+/// is nothing of ours.
+fn removal_script(table: &str, saved: &str) -> String {
+    let chains: Vec<&str> = saved
+        .lines()
+        .filter_map(|l| l.strip_prefix(':'))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| ours(c))
+        .collect();
+    let jumps: Vec<String> = saved
+        .lines()
+        .filter_map(|l| l.strip_prefix("-A "))
+        .filter(|rule| {
+            let chain = rule.split_whitespace().next().unwrap_or_default();
+            !ours(chain) && rule.split_whitespace().any(ours)
+        })
+        .map(|rule| format!("-D {rule}\n"))
+        .collect();
+    if chains.is_empty() && jumps.is_empty() {
+        return String::new();
+    }
+    let mut script = format!("*{table}\n");
+    script.extend(jumps);
+    script.extend(chains.iter().map(|c| format!("-F {c}\n")));
+    script.extend(chains.iter().map(|c| format!("-X {c}\n")));
+    script.push_str("COMMIT\n");
+    script
 }
 
 /// Runs a command, ignoring its output and failure (for clean-up steps that may find
@@ -375,4 +493,30 @@ pub(crate) fn run(program: &str, args: &[&str]) -> Result<()> {
         args.join(" "),
         String::from_utf8_lossy(&output.stderr).trim()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_rules_and_chains_are_removed() {
+        let saved = "*nat\n:PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n:KUBE-SERVICES - [0:0]\n\
+                     -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+                     -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
+                     -A KUBE-SERVICES -d 10.0.0.1/32 -j KUBE-SVC-X\nCOMMIT\n";
+        let script = removal_script("nat", saved);
+        assert_eq!(
+            script,
+            "*nat\n-D PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+             -F KUBE-SERVICES\n-X KUBE-SERVICES\nCOMMIT\n"
+        );
+        assert_eq!(
+            removal_script(
+                "filter",
+                "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j DOCKER\nCOMMIT\n"
+            ),
+            ""
+        );
+    }
 }

@@ -95,17 +95,17 @@ impl RealNode {
             &["address", "add", &format!("{NODE_IP}/32"), "dev", "lo"],
         )?;
         // Pods talk to pods, Services and this host only: nothing they send is forwarded off
-        // the machine.
-        host::run("iptables", &["-N", EGRESS_CHAIN])?;
-        host::run(
-            "iptables",
-            &["-A", EGRESS_CHAIN, "-d", POD_CIDR, "-j", "RETURN"],
-        )?;
-        host::run("iptables", &["-A", EGRESS_CHAIN, "-j", "DROP"])?;
-        host::run(
-            "iptables",
-            &["-I", "FORWARD", "1", "-s", POD_CIDR, "-j", EGRESS_CHAIN],
-        )?;
+        // the machine. In the mangle table, ahead of anything kube-proxy or Docker accepts in
+        // the filter table's FORWARD chain.
+        let iptables = |args: &[&str]| {
+            let mut all = vec!["-w", "10", "-t", "mangle"];
+            all.extend_from_slice(args);
+            host::run("iptables", &all)
+        };
+        iptables(&["-N", EGRESS_CHAIN])?;
+        iptables(&["-A", EGRESS_CHAIN, "-d", POD_CIDR, "-j", "RETURN"])?;
+        iptables(&["-A", EGRESS_CHAIN, "-j", "DROP"])?;
+        iptables(&["-I", "FORWARD", "1", "-s", POD_CIDR, "-j", EGRESS_CHAIN])?;
         let cni = serde_json::json!({
             "cniVersion": "0.4.0",
             "name": "clair-testenv",
@@ -170,18 +170,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         write(&file, &config)?;
         // Every image is imported; a pull (a missing or `:latest` image) must fail here, not
         // reach out: registry requests go to a closed loopback port instead of the network.
-        let closed = Path::new("http://127.0.0.1:9");
-        let process = Process::spawn_with_env(
-            "containerd",
-            Path::new("containerd"),
-            &["--config".to_string(), file.display().to_string()],
-            &[
+        // (Go ignores an empty NO_PROXY and reads no_proxy then: neither may be inherited.)
+        let closed = "http://127.0.0.1:9";
+        let mut command = std::process::Command::new("containerd");
+        command
+            .args(["--config", &file.display().to_string()])
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .envs([
                 ("HTTPS_PROXY", closed),
+                ("https_proxy", closed),
                 ("HTTP_PROXY", closed),
-                ("NO_PROXY", Path::new("")),
-            ],
-            &log_parent.join("logs"),
-        )?;
+                ("http_proxy", closed),
+            ]);
+        let process = Process::spawn_command("containerd", command, &log_parent.join("logs"))?;
         self.processes.push(process);
         let socket = self.socket();
         self.wait("containerd's socket", Duration::from_secs(30), || {

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request};
 use crate::scan::{
-    START, airgapped_dropin, dump_on_error, index, pods_running_as_nobody, quay_token,
+    START, airgapped_dropin, dump_on_error, index, pods_serve_as_nobody, quay_token,
     restricted_namespace, service_url,
 };
 use crate::support::clair::{create_clair, phase_is, secret_text, wait_clair_within};
@@ -78,8 +78,7 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
         )
     };
     dump_on_error(env, &ns, available().await)?;
-    let serving = pods_running_as_nobody(&client, &ns).await?;
-    ensure!(serving == 3, "{serving} Clair pods serve");
+    pods_serve_as_nobody(&client, &ns, 3).await?;
 
     // Something to lose: an index report in the indexer's database.
     let token = quay_token(&client, &ns).await?;

@@ -68,9 +68,28 @@ pub async fn airgapped_dropin(
     .await
 }
 
+/// Waits until the namespace's Deployments (not Jobs) have `expected` pods, all Running
+/// and Ready, each run as the numeric user the operator set for Clair's `nobody`.
+pub async fn pods_serve_as_nobody(
+    client: &Client,
+    ns: &str,
+    expected: usize,
+) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(120),
+        &format!("{expected} Clair pods Running and Ready as 65534"),
+        || async move {
+            let serving = pods_running_as_nobody(client, ns).await?;
+            ensure!(serving == expected, "{serving} Clair pods serve");
+            Ok(true)
+        },
+    )
+    .await
+}
+
 /// Every pod of the namespace's Deployments (not Jobs) Running and Ready, each container
-/// run as the numeric user the operator set for Clair's `nobody`.
-pub async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result<usize> {
+/// run as the numeric user the operator set for Clair's `nobody`; how many there are.
+async fn pods_running_as_nobody(client: &Client, ns: &str) -> anyhow::Result<usize> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let list = pods.list(&ListParams::default()).await?;
     let mut serving = 0;
@@ -331,11 +350,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     )
     .await;
     dump_on_error(env, &ns, available)?;
-    let serving = pods_running_as_nobody(&client, &ns).await?;
-    ensure!(
-        serving == 3,
-        "{serving} Clair pods serve, expected indexer, matcher and notifier"
-    );
+    pods_serve_as_nobody(&client, &ns, 3).await?;
 
     // The updater CronJob's pod imports the vulnerability into the matcher's database.
     run_updaters_now(env, &client, &ns).await?;

@@ -11,7 +11,8 @@
 #                                      under the name and tag deploy/base/kustomization.yaml
 #                                      gives it
 # Each image is an OCI layout made with umoci, saved as a docker-archive with skopeo, cached
-# by a hash of its inputs. Prints the folder of archives (NAME.tar) on its last line.
+# by a hash of its inputs. Prints the path of each archive (NAME.tar) of this build, one a
+# line.
 #
 #   build.sh [--operator BINARY] CLAIR_BIN_DIR=VERSION ...
 #       one Clair image per folder (clair and clairctl inside), tagged VERSION; the
@@ -22,7 +23,9 @@ die() { echo "images/build.sh: $*" >&2; exit 1; }
 for tool in umoci skopeo gcc busybox; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is missing: run scripts/install-deps (Debian packages umoci, skopeo, gcc, busybox-static)"
 done
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+# The Clair image has no C library: its shell must be a static busybox.
+ldd "$(command -v busybox)" >/dev/null 2>&1 && die "$(command -v busybox) is linked dynamically: install Debian's busybox-static"
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 [ -n "$pg_bin" ] || die "PostgreSQL server binaries are missing: run scripts/install-deps"
 pg_major=$(basename "$(dirname "$pg_bin")")
 
@@ -36,20 +39,20 @@ flock 9
 image() {
   local ref=$1 rootfs=$2; shift 2
   local file="$out/$(echo "$ref" | tr '/:' '__').tar"
-  local key; key=$( (cd "$rootfs" && find . -printf '%p %m %s %U\n' | sort && find . -type f -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
+  # Every path with its type, mode, size, owner, group and link target, then the contents.
+  local key; key=$( (cd "$rootfs" && find . -printf '%p %y %m %s %U %G %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
   key="$key-$(echo "$*" | sha256sum | cut -c1-8)"
   if [ -s "$file" ] && [ "$(cat "$file.key" 2>/dev/null)" = "$key" ]; then echo "$file"; return; fi
   echo "images/build.sh: building $ref" >&2
-  local work; work=$(mktemp -d)
-  umoci init --layout "$work/oci" >/dev/null
-  umoci new --image "$work/oci:img" >/dev/null
-  umoci insert --image "$work/oci:img" "$rootfs" / >/dev/null
-  umoci config --image "$work/oci:img" --os linux --architecture amd64 "$@" >/dev/null
+  local layout="$work/layout-${file##*/}"
+  umoci init --layout "$layout" >/dev/null
+  umoci new --image "$layout:img" >/dev/null
+  umoci insert --image "$layout:img" "$rootfs" / >/dev/null
+  umoci config --image "$layout:img" --os linux --architecture "$arch" "$@" >/dev/null
   rm -f "$file.tmp"
-  skopeo copy --quiet "oci:$work/oci:img" "docker-archive:$file.tmp:$ref" >/dev/null
+  skopeo copy --quiet "oci:$layout:img" "docker-archive:$file.tmp:$ref" >/dev/null
   mv "$file.tmp" "$file"
   echo "$key" >"$file.key"
-  rm -rf "$work"
   echo "$file"
 }
 
@@ -60,7 +63,7 @@ copy_with_libs() {
   for f in "$@"; do
     mkdir -p "$rootfs$(dirname "$f")"
     cp -aL "$f" "$rootfs$f"
-    ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | while read -r lib; do
+    { ldd "$f" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | while read -r lib; do
       [ -e "$rootfs$lib" ] && continue
       mkdir -p "$rootfs$(dirname "$lib")"
       cp -aL "$lib" "$rootfs$lib"
@@ -80,12 +83,14 @@ base_rootfs() { # base_rootfs DIR USER_LINE GROUP_LINE
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
+built=()
 
 # The pod sandbox.
 mkdir -p "$work/pause"
 gcc -static -Os -o "$work/pause/pause" "$here/pause.c"
 strip "$work/pause/pause"
-image registry.k8s.io/pause:3.10 "$work/pause" --config.entrypoint /pause --config.user 65535:65535 >/dev/null
+built+=("$(image registry.k8s.io/pause:3.10 "$work/pause" --config.entrypoint /pause --config.user 65535:65535)")
 
 operator=""
 clairs=()
@@ -108,13 +113,13 @@ for spec in "${clairs[@]}"; do
   cp "$dir/clair" "$dir/clairctl" "$root/usr/bin/"
   cp "$(command -v busybox)" "$root/bin/busybox"
   for applet in sh cat ls wget; do ln -s busybox "$root/bin/$applet"; done
-  image "quay.io/projectquay/clair:$version" "$root" \
+  built+=("$(image "quay.io/projectquay/clair:$version" "$root" \
     --config.entrypoint /usr/bin/clair \
     --config.env CLAIR_CONF=/config/config.yaml --config.env CLAIR_MODE=combo \
     --config.env SSL_CERT_DIR=/etc/ssl/certs:/etc/pki/tls/certs:/var/run/certs \
     --config.env PATH=/usr/bin:/bin \
     --config.user nobody:nobody --config.workingdir /run \
-    --config.exposedports 6060/tcp --config.exposedports 6061/tcp --config.volume /config >/dev/null
+    --config.exposedports 6060/tcp --config.exposedports 6061/tcp --config.volume /config)")
 done
 
 # PostgreSQL from Debian's packages, behind the official image's entrypoint contract.
@@ -134,12 +139,12 @@ ln -sf bash "$root/bin/sh"
 cp "$here/postgres-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
 chown -R 999:999 "$root/var/lib/postgresql" "$root/var/run/postgresql"
 chmod 3777 "$root/var/run/postgresql"
-image docker.io/library/postgres:17 "$root" \
+built+=("$(image docker.io/library/postgres:17 "$root" \
   --config.entrypoint /usr/local/bin/docker-entrypoint.sh --config.cmd postgres \
   --config.env "PATH=/usr/lib/postgresql/$pg_major/bin:/usr/local/bin:/usr/bin:/bin" \
   --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
   --config.user 999:999 --config.stopsignal SIGINT \
-  --config.exposedports 5432/tcp --config.volume /var/lib/postgresql/data >/dev/null
+  --config.exposedports 5432/tcp --config.volume /var/lib/postgresql/data)")
 
 # The operator, from its release binary, named as deploy/base names it.
 if [ -n "$operator" ]; then
@@ -153,9 +158,9 @@ if [ -n "$operator" ]; then
   copy_with_libs "$root" "$operator"
   mkdir -p "$root/usr/bin"
   mv "$root$operator" "$root/usr/bin/clair-operator"
-  image "$name:$tag" "$root" \
+  built+=("$(image "$name:$tag" "$root" \
     --config.entrypoint /usr/bin/clair-operator --config.cmd run \
-    --config.user 65532:65532 --config.exposedports 8443/tcp >/dev/null
+    --config.user 65532:65532 --config.exposedports 8443/tcp)")
 fi
 
-echo "$out"
+printf '%s\n' "${built[@]}"
