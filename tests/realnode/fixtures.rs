@@ -82,20 +82,28 @@ fn vulnerability_export() -> String {
 /// notifier's webhook (accepted and dropped). Stops with the test's runtime.
 pub struct FixtureServer {
     pub address: SocketAddr,
+    files: Arc<HashMap<String, Vec<u8>>>,
+}
+
+/// A layer as a manifest names it: where to fetch it and its digest.
+pub struct Layer {
+    pub url: String,
+    pub digest: String,
 }
 
 impl FixtureServer {
     async fn start(files: HashMap<String, Vec<u8>>) -> anyhow::Result<Self> {
+        let files = Arc::new(files);
         let app = Router::new()
             .route("/notify", post(|| async { StatusCode::OK }))
             .route("/{*path}", get(file))
-            .with_state(Arc::new(files));
+            .with_state(Arc::clone(&files));
         let listener = tokio::net::TcpListener::bind((NODE_IP, 0))
             .await
             .with_context(|| format!("listen on the node's address {NODE_IP}"))?;
         let address = listener.local_addr()?;
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok(Self { address })
+        Ok(Self { address, files })
     }
 
     /// The server every scan needs: each layer at `layers/NAME.tar`, the vulnerability
@@ -115,6 +123,19 @@ impl FixtureServer {
             files.insert(format!("layers/{name}.tar"), bytes.to_vec());
         }
         Self::start(files).await
+    }
+
+    /// The layer served as `layers/NAME.tar`.
+    pub fn layer(&self, name: &str) -> anyhow::Result<Layer> {
+        let path = format!("layers/{name}.tar");
+        let bytes = self
+            .files
+            .get(&path)
+            .with_context(|| format!("no layer {name} is served"))?;
+        Ok(Layer {
+            url: self.url(&path),
+            digest: digest(bytes),
+        })
     }
 
     /// `http://NODE_IP:PORT/PATH`.

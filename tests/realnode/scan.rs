@@ -16,8 +16,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::fixtures::{
-    FIXED_VERSION, FixtureServer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer, digest,
-    psk_token, request,
+    FIXED_VERSION, FixtureServer, Layer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer,
+    digest, psk_token, request,
 };
 use crate::support::clair::{
     apply_json, create_clair, external_databases, external_spec, phase_is, secret_text,
@@ -247,17 +247,12 @@ pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Resul
 }
 
 /// Indexes a one-layer manifest through the indexer and returns its report.
-pub async fn index(
-    indexer: &str,
-    token: &str,
-    layer_url: &str,
-    layer: &[u8],
-) -> anyhow::Result<Value> {
-    // The manifest digest is any unique digest: the layer's bytes hashed with a salt.
-    let manifest = digest(&[layer, b"manifest"].concat());
+pub async fn index(indexer: &str, token: &str, layer: &Layer) -> anyhow::Result<Value> {
+    // The manifest digest is any unique digest: the layer's digest hashed with a salt.
+    let manifest = digest(format!("{}manifest", layer.digest).as_bytes());
     let body = json!({
         "hash": manifest,
-        "layers": [{"hash": digest(layer), "uri": layer_url, "headers": {}}],
+        "layers": [{"hash": layer.digest, "uri": layer.url, "headers": {}}],
     });
     let (status, text) = request(
         "POST",
@@ -374,13 +369,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     .await?;
     ensure!(status == 401, "an unsigned request got {status}, not 401");
 
-    let report = index(
-        &indexer,
-        &token,
-        &server.url("layers/vulnerable.tar"),
-        &vulnerable,
-    )
-    .await?;
+    let report = index(&indexer, &token, &server.layer("vulnerable")?).await?;
     let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
     let names = vulnerabilities_of(&vulnerabilities, PACKAGE);
     ensure!(
@@ -388,7 +377,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
         "busybox {VULNERABLE_VERSION} should have exactly {VULNERABILITY}: {names:?}; report: {vulnerabilities}"
     );
 
-    let report = index(&indexer, &token, &server.url("layers/fixed.tar"), &fixed).await?;
+    let report = index(&indexer, &token, &server.layer("fixed")?).await?;
     let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
     let packages = vulnerabilities["packages"]
         .as_object()
