@@ -367,11 +367,6 @@ impl ControlPlane {
         .await
     }
 
-    /// The real node, when [`Options::real_node`] asked for one.
-    pub fn real_node(&self) -> Option<&RealNode> {
-        self.node.as_ref()
-    }
-
     fn spawn(&mut self, name: &str, args: Vec<String>) -> Result<()> {
         let process = Process::spawn(
             name,

@@ -17,7 +17,6 @@ pub use binaries::Binaries;
 pub use binaries::clair_binaries;
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};
 pub use host::{NODE_IP, POD_CIDR};
-pub use node::{NODE_NAME, RealNode};
 pub use postgres::Postgres;
 pub use process::Process;
 

@@ -37,8 +37,6 @@ pub struct RealNode {
     dir: PathBuf,
     // Stopped in reverse order: CoreDNS, kube-proxy, kubelet, containerd.
     processes: Vec<Process>,
-    /// The kubelet's port on [`NODE_IP`].
-    pub kubelet_port: u16,
 }
 
 impl RealNode {
@@ -52,7 +50,6 @@ impl RealNode {
             host: Some(host),
             dir: control_plane_dir.join("node"),
             processes: Vec::new(),
-            kubelet_port: 0,
         };
         node.prepare_host()?;
         Ok(node)
@@ -212,7 +209,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     fn start_kubelet(&mut self, inputs: &NodeInputs<'_>) -> Result<()> {
         let [port, healthz] = crate::controlplane::free_ports()?;
-        self.kubelet_port = port;
         // Pods with dnsPolicy Default get no resolver of the host's: nothing resolves
         // outside the cluster.
         write(
