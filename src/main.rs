@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clair_operator::clairconfig::{self, Mode};
+use clair_operator::api::ServiceKind;
+use clair_operator::clairconfig;
 use clair_operator::machine::diagram;
 use clair_operator::{controller, crdgen, webhook};
 use clap::{Parser, Subcommand};
@@ -42,8 +43,8 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// The mode to check; every service mode when unset.
-        #[arg(long, value_enum)]
-        mode: Option<CheckMode>,
+        #[arg(long, value_parser = service_kind_parser())]
+        mode: Option<ServiceKind>,
         /// `human` or `json`.
         #[arg(long, value_enum, default_value = "human")]
         output: Output,
@@ -144,11 +145,12 @@ impl RunArgs {
     }
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum CheckMode {
-    Indexer,
-    Matcher,
-    Notifier,
+/// `indexer`, `matcher` or `notifier`, listed in `--help`.
+fn service_kind_parser() -> impl clap::builder::TypedValueParser<Value = ServiceKind> {
+    use clap::builder::TypedValueParser;
+    use strum::VariantArray;
+    clap::builder::PossibleValuesParser::new(ServiceKind::VARIANTS.iter().map(|k| k.as_str()))
+        .try_map(|name| name.parse::<ServiceKind>())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -157,12 +159,10 @@ enum Output {
     Json,
 }
 
-fn check_config(files: &[PathBuf], mode: Option<CheckMode>, output: Output) -> ExitCode {
-    let modes: Vec<Mode> = match mode {
-        Some(CheckMode::Indexer) => vec![Mode::Indexer],
-        Some(CheckMode::Matcher) => vec![Mode::Matcher],
-        Some(CheckMode::Notifier) => vec![Mode::Notifier],
-        None => vec![Mode::Indexer, Mode::Matcher, Mode::Notifier],
+fn check_config(files: &[PathBuf], mode: Option<ServiceKind>, output: Output) -> ExitCode {
+    let modes: Vec<ServiceKind> = match mode {
+        Some(kind) => vec![kind],
+        None => strum::VariantArray::VARIANTS.to_vec(),
     };
     let mut valid = true;
     let mut report = Vec::new();

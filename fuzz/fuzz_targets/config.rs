@@ -2,7 +2,8 @@
 //! and validating in every mode must never panic.
 #![no_main]
 
-use clair_operator::clairconfig::{self, Document, Mode};
+use clair_operator::api::ServiceKind;
+use clair_operator::clairconfig::{self, Document};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         Document { name: "merge".into(), key: merge_key.into(), text: dropin_text.to_string() },
         Document { name: "patch".into(), key: patch_key.into(), text: dropin_text.to_string() },
     ];
-    for mode in [Mode::Indexer, Mode::Matcher, Mode::Notifier] {
+    for mode in [ServiceKind::Indexer, ServiceKind::Matcher, ServiceKind::Notifier] {
         let _ = clairconfig::check(&root, &[], mode);
         let _ = clairconfig::check(&root, &dropins[..1], mode);
         let _ = clairconfig::check(&root, &dropins[1..], mode);

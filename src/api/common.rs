@@ -163,6 +163,9 @@ pub struct PodOverrides {
     Serialize,
     Deserialize,
     JsonSchema,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
 )]
 pub enum Phase {
     /// Observed, nothing checked yet.
@@ -186,36 +189,9 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in the order of a healthy start.
-    pub const ALL: [Phase; 8] = [
-        Phase::Pending,
-        Phase::ConfigValid,
-        Phase::DatabaseReady,
-        Phase::Deploying,
-        Phase::Available,
-        Phase::Scaling,
-        Phase::Upgrading,
-        Phase::Degraded,
-    ];
-
     /// The name on the wire and in runbook file names.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::ConfigValid => "ConfigValid",
-            Phase::DatabaseReady => "DatabaseReady",
-            Phase::Deploying => "Deploying",
-            Phase::Available => "Available",
-            Phase::Scaling => "Scaling",
-            Phase::Upgrading => "Upgrading",
-            Phase::Degraded => "Degraded",
-        }
-    }
-}
-
-impl std::fmt::Display for Phase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 

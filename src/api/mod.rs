@@ -8,7 +8,7 @@ pub mod service;
 
 pub use clair::{Clair, ClairSpec, ClairStatus};
 pub use common::{ConfigSource, ConfigSpec, KeyReference, Phase, ServiceStatus};
-pub use service::{Indexer, Matcher, Notifier, ServiceSpec};
+pub use service::{Indexer, Matcher, Notifier, ServiceKind, ServiceSpec};
 
 /// The API group of every custom resource here.
 pub const GROUP: &str = "clair.projectquay.io";

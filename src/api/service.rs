@@ -38,10 +38,41 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
 
+/// Which Clair service: the one name of a service kind everywhere (the API, the config
+/// rules, the machines, the builders and the CLI). `indexer`, `matcher`, `notifier`: the
+/// `CLAIR_MODE` the service runs in.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
+pub enum ServiceKind {
+    Indexer,
+    Matcher,
+    Notifier,
+}
+
+impl ServiceKind {
+    /// `indexer`, `matcher` or `notifier`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// Access to the shared spec, so one controller serves the three kinds.
 pub trait ClairService {
-    /// The `CLAIR_MODE` this kind runs in.
-    const MODE: &'static str;
+    /// The service this kind runs.
+    const KIND: ServiceKind;
     /// The shared part of the spec.
     fn service_spec(&self) -> &ServiceSpec;
     /// The status, once written.
@@ -53,7 +84,7 @@ pub trait ClairService {
 /// Declares one service kind: the spec wraps [`ServiceSpec`], so the schema and the Rust
 /// type are the same for all three, while each kind keeps its own name and short name.
 macro_rules! service_kind {
-    ($spec:ident, $kind:tt, $root:ident, $short:tt, $mode:tt, $doc:tt) => {
+    ($spec:ident, $kind:tt, $root:ident, $short:tt, $service:ident, $doc:tt) => {
         #[doc = $doc]
         // Each printcolumn(...) repeats `type_`; clippy takes that for a duplicated attribute.
         #[allow(clippy::duplicated_attributes)]
@@ -92,7 +123,7 @@ macro_rules! service_kind {
         }
 
         impl ClairService for $root {
-            const MODE: &'static str = $mode;
+            const KIND: ServiceKind = ServiceKind::$service;
             fn service_spec(&self) -> &ServiceSpec {
                 &self.spec.service
             }
@@ -111,7 +142,7 @@ service_kind!(
     "Indexer",
     Indexer,
     "cidx",
-    "indexer",
+    Indexer,
     "A Clair indexer: fetches image layers and records what they contain."
 );
 service_kind!(
@@ -119,7 +150,7 @@ service_kind!(
     "Matcher",
     Matcher,
     "cmat",
-    "matcher",
+    Matcher,
     "A Clair matcher: matches index reports against vulnerability data and runs updaters."
 );
 service_kind!(
@@ -127,6 +158,6 @@ service_kind!(
     "Notifier",
     Notifier,
     "cnot",
-    "notifier",
+    Notifier,
     "A Clair notifier: tells subscribers when new vulnerabilities affect indexed manifests."
 );

@@ -8,7 +8,9 @@ mod validate;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use validate::{Mode, Problem, validate};
+pub use validate::{Problem, validate};
+
+use crate::api::ServiceKind;
 
 /// Why a config cannot be used. Each message names the document and, where known, the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +194,7 @@ impl Checked {
 }
 
 /// Merges and validates, as Clair does at start-up in `mode`.
-pub fn check(root: &Document, dropins: &[Document], mode: Mode) -> Checked {
+pub fn check(root: &Document, dropins: &[Document], mode: ServiceKind) -> Checked {
     match merge(root, dropins) {
         Err(e) => Checked {
             config: None,

@@ -5,23 +5,7 @@
 
 use serde_json::{Map, Value};
 
-/// The mode a Clair process runs in (`CLAIR_MODE`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Indexer,
-    Matcher,
-    Notifier,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Indexer => "indexer",
-            Mode::Matcher => "matcher",
-            Mode::Notifier => "notifier",
-        }
-    }
-}
+use crate::api::ServiceKind;
 
 /// One finding: an error stops the config from being used, a warning does not.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -256,7 +240,7 @@ const LOG_LEVELS: &[&str] = &[
 /// Every problem of `config` for a process in `mode`: what Go's decoder refuses (unknown keys,
 /// wrong types), then the rules of Clair's `config.Validate`. Errors are what Clair would
 /// refuse to start with; warnings are its lints.
-pub fn validate(config: &Value, mode: Mode) -> Vec<Problem> {
+pub fn validate(config: &Value, mode: ServiceKind) -> Vec<Problem> {
     let mut problems = Vec::new();
     let root = config.as_object().cloned().unwrap_or_default();
     check_section(&root, ROOT, "", &mut problems);
@@ -278,7 +262,7 @@ fn warning(path: &str, message: impl Into<String>) -> Problem {
 }
 
 /// Clair's lints for the mode: they do not stop it, but usually mean a mistake.
-fn lints(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
+fn lints(root: &Map<String, Value>, mode: ServiceKind, out: &mut Vec<Problem>) {
     let section = mode.as_str();
     let connstring = text(root, &format!("{section}.connstring"));
     if connstring.contains("://") && !connstring.starts_with("postgresql://") {
@@ -300,7 +284,7 @@ fn lints(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
         ));
     }
     match mode {
-        Mode::Matcher => {
+        ServiceKind::Matcher => {
             if let Some(period) = at(root, "matcher.period").and_then(Value::as_str)
                 && parse_go_duration(period).is_ok_and(|s| s > 0.0 && s < 6.0 * 3600.0)
             {
@@ -319,7 +303,7 @@ fn lints(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
                 ));
             }
         }
-        Mode::Notifier => {
+        ServiceKind::Notifier => {
             let deliveries = ["webhook", "amqp", "stomp"]
                 .iter()
                 .filter(|d| at(root, &format!("notifier.{d}")).is_some())
@@ -346,7 +330,7 @@ fn lints(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
                 ));
             }
         }
-        Mode::Indexer => {}
+        ServiceKind::Indexer => {}
     }
 }
 
@@ -368,7 +352,7 @@ fn flag(root: &Map<String, Value>, path: &str) -> bool {
 }
 
 /// The checks of Clair's `validate` methods, in the modes where each runs.
-fn rules(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
+fn rules(root: &Map<String, Value>, mode: ServiceKind, out: &mut Vec<Problem>) {
     let listen = text(root, "http_listen_addr");
     if !listen.is_empty()
         && let Err(message) = split_host_port(listen)
@@ -421,8 +405,8 @@ fn rules(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
         }
     }
     match mode {
-        Mode::Indexer => {}
-        Mode::Matcher => match text(root, "matcher.indexer_addr") {
+        ServiceKind::Indexer => {}
+        ServiceKind::Matcher => match text(root, "matcher.indexer_addr") {
             "" => out.push(error(
                 "matcher.indexer_addr",
                 "required in matcher mode: the indexer's URL, for example http://indexer:6060",
@@ -433,7 +417,7 @@ fn rules(root: &Map<String, Value>, mode: Mode, out: &mut Vec<Problem>) {
                 }
             }
         },
-        Mode::Notifier => notifier_rules(root, out),
+        ServiceKind::Notifier => notifier_rules(root, out),
     }
 }
 
@@ -788,7 +772,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn errors(config: Value, mode: Mode) -> Vec<String> {
+    use crate::api::ServiceKind;
+
+    fn errors(config: Value, mode: ServiceKind) -> Vec<String> {
         validate(&config, mode)
             .iter()
             .filter(|p| !p.warning)
@@ -805,7 +791,11 @@ mod tests {
             "notifier": {"connstring": "host=db", "indexer_addr": "http://indexer:6060", "matcher_addr": "http://matcher:6060", "poll_interval": "5m"},
             "metrics": {"name": "prometheus"}
         });
-        for mode in [Mode::Indexer, Mode::Matcher, Mode::Notifier] {
+        for mode in [
+            ServiceKind::Indexer,
+            ServiceKind::Matcher,
+            ServiceKind::Notifier,
+        ] {
             assert!(
                 errors(config.clone(), mode).is_empty(),
                 "{mode:?}: {:?}",
@@ -818,7 +808,7 @@ mod tests {
     fn unknown_keys_are_fatal_at_any_modelled_depth_but_keys_match_case_insensitively() {
         let errs = errors(
             json!({"indexr": {}, "INDEXER": {"conn_string": "x"}}),
-            Mode::Indexer,
+            ServiceKind::Indexer,
         );
         assert!(
             errs.iter().any(|e| e.starts_with("indexr: unknown key")),
@@ -834,21 +824,21 @@ mod tests {
 
     #[test]
     fn each_mode_requires_its_addresses() {
-        let errs = errors(json!({}), Mode::Matcher);
+        let errs = errors(json!({}), ServiceKind::Matcher);
         assert!(
             errs[0].starts_with("matcher.indexer_addr: required"),
             "{errs:?}"
         );
         let errs = errors(
             json!({"notifier": {"indexer_addr": "http://i:6060"}}),
-            Mode::Notifier,
+            ServiceKind::Notifier,
         );
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(
             errs[0].starts_with("notifier.matcher_addr: required"),
             "{errs:?}"
         );
-        assert!(errors(json!({}), Mode::Indexer).is_empty());
+        assert!(errors(json!({}), ServiceKind::Indexer).is_empty());
     }
 
     #[test]
@@ -860,7 +850,10 @@ mod tests {
             ("1.2.3.4:6060", false),
             (":6060", false),
         ] {
-            let errs = errors(json!({"matcher": {"indexer_addr": addr}}), Mode::Matcher);
+            let errs = errors(
+                json!({"matcher": {"indexer_addr": addr}}),
+                ServiceKind::Matcher,
+            );
             assert_eq!(errs.is_empty(), ok, "{addr}: {errs:?}");
         }
         for (addr, ok) in [
@@ -870,7 +863,7 @@ mod tests {
             ("6060", false),
             ("http://h:1", false),
         ] {
-            let errs = errors(json!({"http_listen_addr": addr}), Mode::Indexer);
+            let errs = errors(json!({"http_listen_addr": addr}), ServiceKind::Indexer);
             assert_eq!(errs.is_empty(), ok, "{addr}: {errs:?}");
         }
     }
@@ -879,7 +872,7 @@ mod tests {
     fn scalars_follow_go_json_decoding() {
         let errs = errors(
             json!({"indexer": {"migrations": "yes", "scanlock_retry": 1.5, "layer_scan_concurrency": 4.0}}),
-            Mode::Indexer,
+            ServiceKind::Indexer,
         );
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert!(
@@ -892,11 +885,11 @@ mod tests {
         );
         let errs = errors(
             json!({"matcher": {"indexer_addr": "http://i", "period": 30, "cache_age": "1d"}}),
-            Mode::Matcher,
+            ServiceKind::Matcher,
         );
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert!(
-            errors(json!({"log_level": ""}), Mode::Indexer)[0]
+            errors(json!({"log_level": ""}), ServiceKind::Indexer)[0]
                 .starts_with("log_level: unknown level")
         );
     }

@@ -18,7 +18,7 @@ use crate::render::pod::PodUsers;
 const RECHECK: Duration = Duration::from_secs(60);
 
 /// An optional API the operator uses when the cluster serves it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::VariantArray)]
 pub enum OptionalApi {
     /// `monitoring.coreos.com/v1` ServiceMonitor (Prometheus Operator).
     ServiceMonitor,
@@ -32,13 +32,6 @@ pub enum OptionalApi {
 }
 
 impl OptionalApi {
-    pub const ALL: [OptionalApi; 4] = [
-        OptionalApi::ServiceMonitor,
-        OptionalApi::Route,
-        OptionalApi::HttpRoute,
-        OptionalApi::SecurityContextConstraints,
-    ];
-
     fn group_version(self) -> &'static str {
         match self {
             OptionalApi::ServiceMonitor => "monitoring.coreos.com/v1",
@@ -135,7 +128,10 @@ pub fn optional_api_changes(
     client: Client,
     capabilities: std::sync::Arc<super::Context>,
 ) -> impl Stream<Item = ()> + Send + 'static {
-    let names: Vec<String> = OptionalApi::ALL.iter().map(|a| a.crd_name()).collect();
+    let names: Vec<String> = <OptionalApi as strum::VariantArray>::VARIANTS
+        .iter()
+        .map(|a| a.crd_name())
+        .collect();
     let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(client);
     watcher(api, watcher::Config::default())
         .default_backoff()

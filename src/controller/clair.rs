@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use strum::VariantArray;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -21,16 +22,17 @@ use tracing::{debug, info, warn};
 use super::apply::{apply_fresh, delete_unwanted};
 use super::capabilities::{OptionalApi, optional_api_changes};
 use super::database::{self, DatabaseState};
-use super::service::ServiceKind;
+use super::service::ServiceResource;
 use super::{Context, Error, credentials, now, observe, upgrade};
+use crate::api::ServiceKind;
 use crate::api::clair::{ChildStatus, RoutingKind};
 use crate::api::{Clair, ClairStatus, ConfigSource, Indexer, Matcher, Notifier, Phase};
-use crate::clairconfig::{self, Document, Mode};
+use crate::clairconfig::{self, Document};
 use crate::database::budget;
 use crate::database::probe::ProbeOptions;
 use crate::machine::ApplyPlan;
 use crate::machine::clair::{
-    ChildObservation, ClairSnapshot, RoutingObservation, ServiceRole, UpgradeObservation, decide,
+    ChildObservation, ClairSnapshot, RoutingObservation, UpgradeObservation, decide,
 };
 use crate::machine::observation::ConfigObservation;
 use crate::render::clair::{self as render, ClairInput, ROOT_KEY};
@@ -141,18 +143,13 @@ async fn observe_config(
         }
     }
     let mut hashes = Vec::new();
-    for role in ServiceRole::ALL {
+    for &role in ServiceKind::VARIANTS {
         if !input.enabled(role) {
             continue;
         }
-        let mode = match role {
-            ServiceRole::Indexer => Mode::Indexer,
-            ServiceRole::Matcher => Mode::Matcher,
-            ServiceRole::Notifier => Mode::Notifier,
-        };
-        match observe::judge(&root, &dropins, mode) {
+        match observe::judge(&root, &dropins, role) {
             (ConfigObservation::Valid { hash }, Some(snapshot)) => {
-                if role == ServiceRole::Notifier
+                if role == ServiceKind::Notifier
                     && let Some(problem) = notifier_delivery_missing(&snapshot.json)
                 {
                     return Ok(ConfigObservation::Invalid { message: problem });
@@ -196,10 +193,10 @@ struct ObservedChild {
 
 /// Reads one service resource: absent, or present in the phase its status reports for its
 /// current generation (`None` until its controller has caught up).
-async fn observe_child<K: ServiceKind>(
+async fn observe_child<K: ServiceResource>(
     context: &Context,
     input: &ClairInput<'_>,
-    role: ServiceRole,
+    role: ServiceKind,
 ) -> Result<ObservedChild, Error> {
     if !input.enabled(role) {
         return Ok(ObservedChild {
@@ -302,9 +299,9 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     let root = render::root_config(&input, &database.connections, &psk);
     let config = observe_config(&context, &input, &root).await?;
     let children = [
-        observe_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?,
-        observe_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?,
-        observe_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?,
+        observe_child::<Indexer>(&context, &input, ServiceKind::Indexer).await?,
+        observe_child::<Matcher>(&context, &input, ServiceKind::Matcher).await?,
+        observe_child::<Notifier>(&context, &input, ServiceKind::Notifier).await?,
     ];
     let status = object.status.as_ref();
     let running_version = status.and_then(|s| s.version.clone());
@@ -366,8 +363,8 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     }
     if decision.apply == ApplyPlan::Everything {
         apply_fresh(&secrets, &render::config_secret(&input, &root)).await?;
-        apply_child::<Indexer>(&context, &input, ServiceRole::Indexer).await?;
-        apply_child::<Matcher>(&context, &input, ServiceRole::Matcher).await?;
+        apply_child::<Indexer>(&context, &input, ServiceKind::Indexer).await?;
+        apply_child::<Matcher>(&context, &input, ServiceKind::Matcher).await?;
         let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &namespace);
         match render::updater_cronjob(&input) {
             Some(cron) => {
@@ -385,7 +382,7 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
         // Switching the notifier off is honoured whatever else is wrong.
         if input.notifier_enabled() {
             if decision.apply == ApplyPlan::Everything {
-                apply_child::<Notifier>(&context, &input, ServiceRole::Notifier).await?;
+                apply_child::<Notifier>(&context, &input, ServiceKind::Notifier).await?;
             }
         } else {
             let notifiers: Api<Notifier> = Api::namespaced(client.clone(), &namespace);
@@ -450,10 +447,10 @@ fn owned_selector(clair: &str, component: &str) -> String {
     labels::to_selector_string(&labels::all(clair, component))
 }
 
-async fn apply_child<K: ServiceKind>(
+async fn apply_child<K: ServiceResource>(
     context: &Context,
     input: &ClairInput<'_>,
-    role: ServiceRole,
+    role: ServiceKind,
 ) -> Result<(), Error> {
     let api: Api<K> = Api::namespaced(context.client.clone(), input.namespace);
     apply_fresh(&api, &render::child::<K>(input, role)).await?;

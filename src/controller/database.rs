@@ -5,6 +5,7 @@
 //! string, and what the connection budget is measured against.
 
 use std::collections::BTreeMap;
+use strum::VariantArray;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
@@ -15,12 +16,12 @@ use super::apply::{apply, apply_fresh, delete_unwanted};
 use super::credentials::{generated_secret, random_hex};
 use super::{Context, Error, observe};
 use crate::api::ConfigSource;
+use crate::api::ServiceKind;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
 use crate::database::budget::{self, Demand};
 use crate::database::connstring::{self, ConnSettings};
 use crate::database::probe::{self, FailureKind, ProbeOptions};
 use crate::machine::Reason;
-use crate::machine::clair::ServiceRole;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
 use crate::render::database as db;
@@ -104,7 +105,7 @@ pub async fn managed(
     Ok(DatabaseState {
         observation,
         connections: db::conn_strings(input, &engines, &passwords),
-        engine_of: ServiceRole::ALL
+        engine_of: ServiceKind::VARIANTS
             .iter()
             .filter_map(|role| {
                 db::engine_of(&engines, *role).map(|e| (role.as_str(), e.name.clone()))
@@ -135,9 +136,9 @@ pub async fn external(
     options: ProbeOptions,
 ) -> Result<DatabaseState, Error> {
     let references = [
-        (ServiceRole::Indexer, Some(&external.indexer)),
-        (ServiceRole::Matcher, Some(&external.matcher)),
-        (ServiceRole::Notifier, external.notifier.as_ref()),
+        (ServiceKind::Indexer, Some(&external.indexer)),
+        (ServiceKind::Matcher, Some(&external.matcher)),
+        (ServiceKind::Notifier, external.notifier.as_ref()),
     ];
     let mut strings: BTreeMap<&'static str, String> = BTreeMap::new();
     let mut parsed: BTreeMap<&'static str, ConnSettings> = BTreeMap::new();
@@ -228,15 +229,15 @@ pub async fn external(
                 .join("; "),
         },
     };
-    let string = |role: ServiceRole| strings.get(role.as_str()).cloned().unwrap_or_default();
+    let string = |role: ServiceKind| strings.get(role.as_str()).cloned().unwrap_or_default();
     Ok(DatabaseState {
         observation,
         connections: ConnStrings {
-            indexer: string(ServiceRole::Indexer),
-            matcher: string(ServiceRole::Matcher),
+            indexer: string(ServiceKind::Indexer),
+            matcher: string(ServiceKind::Matcher),
             notifier: input
                 .notifier_enabled()
-                .then(|| string(ServiceRole::Notifier)),
+                .then(|| string(ServiceKind::Notifier)),
         },
         engine_of,
         limits,
@@ -246,15 +247,15 @@ pub async fn external(
 /// Each enabled service's demand on its engine: pool size (the string's `pool_max_conns`,
 /// else pgxpool's default for the pod's CPU limit) × most replicas.
 pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
-    ServiceRole::ALL
+    ServiceKind::VARIANTS
         .iter()
         .filter(|role| input.enabled(**role))
         .filter_map(|role| {
             let engine = state.engine_of.get(role.as_str())?.clone();
             let text = match role {
-                ServiceRole::Indexer => &state.connections.indexer,
-                ServiceRole::Matcher => &state.connections.matcher,
-                ServiceRole::Notifier => state.connections.notifier.as_ref()?,
+                ServiceKind::Indexer => &state.connections.indexer,
+                ServiceKind::Matcher => &state.connections.matcher,
+                ServiceKind::Notifier => state.connections.notifier.as_ref()?,
             };
             let pool = connstring::parse(text)
                 .ok()

@@ -7,8 +7,9 @@ use kube::Client;
 use kube::api::Api;
 
 use super::Error;
+use crate::api::ServiceKind;
 use crate::api::{ConfigSource, ConfigSpec};
-use crate::clairconfig::{self, Document, Mode};
+use crate::clairconfig::{self, Document};
 use crate::machine::observation::ConfigObservation;
 use crate::machine::service::{Replicas, Rollout, Workload};
 use crate::render::service::{ConfigSnapshot, min_available};
@@ -87,7 +88,7 @@ pub async fn config(
     client: &Client,
     namespace: &str,
     spec: &ConfigSpec,
-    mode: Mode,
+    mode: ServiceKind,
 ) -> Result<(ConfigObservation, Option<ConfigSnapshot>), Error> {
     let root = match read_source(client, namespace, &spec.root).await? {
         Ok(document) => document,
@@ -107,7 +108,7 @@ pub async fn config(
 pub fn judge(
     root: &Document,
     dropins: &[Document],
-    mode: Mode,
+    mode: ServiceKind,
 ) -> (ConfigObservation, Option<ConfigSnapshot>) {
     let checked = clairconfig::check(root, dropins, mode);
     let errors = checked.errors();

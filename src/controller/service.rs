@@ -24,7 +24,6 @@ use super::apply::{Outcome, apply, apply_fresh, delete_unwanted};
 use super::{Context, Error, now, observe};
 use crate::api::service::ClairService;
 use crate::api::{ConfigSource, ServiceSpec, ServiceStatus};
-use crate::clairconfig::Mode;
 use crate::machine::ApplyPlan;
 use crate::machine::observation::DatabaseObservation;
 use crate::machine::service::{ServiceSnapshot, Workload, decide};
@@ -35,7 +34,7 @@ use crate::render::service::{
 };
 
 /// What a service kind must be for the shared controller.
-pub trait ServiceKind:
+pub trait ServiceResource:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + ClairService
     + Clone
@@ -48,7 +47,7 @@ pub trait ServiceKind:
 {
 }
 
-impl<T> ServiceKind for T where
+impl<T> ServiceResource for T where
     T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + ClairService
         + Clone
@@ -61,16 +60,8 @@ impl<T> ServiceKind for T where
 {
 }
 
-fn mode_of<K: ClairService>() -> Mode {
-    match K::MODE {
-        "matcher" => Mode::Matcher,
-        "notifier" => Mode::Notifier,
-        _ => Mode::Indexer,
-    }
-}
-
 /// The controller of kind `K`, until `shutdown` resolves.
-pub async fn run<K: ServiceKind>(
+pub async fn run<K: ServiceResource>(
     context: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -104,8 +95,8 @@ pub async fn run<K: ServiceKind>(
         .run(reconcile::<K>, error_policy::<K>, context)
         .for_each(|result| async move {
             match result {
-                Ok((object, _)) => debug!(kind = K::MODE, %object.name, "reconciled"),
-                Err(e) => warn!(kind = K::MODE, error = %e, "reconcile failed"),
+                Ok((object, _)) => debug!(kind = %K::KIND, %object.name, "reconciled"),
+                Err(e) => warn!(kind = %K::KIND, error = %e, "reconcile failed"),
             }
         })
         .await;
@@ -113,7 +104,7 @@ pub async fn run<K: ServiceKind>(
 
 /// Maps a ConfigMap or Secret to the resources of kind `K` in its namespace whose config
 /// names it, so an edit re-renders them.
-fn referencing<K: ServiceKind, O: Resource>(
+fn referencing<K: ServiceResource, O: Resource>(
     store: Store<K>,
     names: impl Fn(&ConfigSource, &str) -> bool + Send + Sync + 'static,
 ) -> impl Fn(O) -> Vec<ObjectRef<K>> + Send + Sync + 'static {
@@ -129,12 +120,15 @@ fn referencing<K: ServiceKind, O: Resource>(
     }
 }
 
-fn error_policy<K: ServiceKind>(object: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
-    warn!(kind = K::MODE, name = %object.name_any(), reason = error.reason(), %error, "requeue");
+fn error_policy<K: ServiceResource>(object: Arc<K>, error: &Error, _: Arc<Context>) -> Action {
+    warn!(kind = %K::KIND, name = %object.name_any(), reason = error.reason(), %error, "requeue");
     Action::requeue(Duration::from_secs(15))
 }
 
-async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile<K: ServiceResource>(
+    object: Arc<K>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
     let client = &context.client;
     let namespace = object
         .namespace()
@@ -146,10 +140,9 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
         .ok_or(Error::MissingField("metadata.uid"))?;
     let generation = object.meta().generation.unwrap_or(0);
     let spec: &ServiceSpec = object.service_spec();
-    let mode = mode_of::<K>();
 
     // Observe: reads only.
-    let (config, snapshot) = observe::config(client, &namespace, &spec.config, mode).await?;
+    let (config, snapshot) = observe::config(client, &namespace, &spec.config, K::KIND).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let current = deployments.get_opt(&name).await?;
     if current.as_ref().is_some_and(status_is_stale) {
@@ -159,7 +152,7 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
     }
     let status = object.service_status();
     let input = ServiceInput {
-        mode: K::MODE,
+        kind: K::KIND,
         name: &name,
         namespace: &namespace,
         owner,
@@ -188,12 +181,12 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
     );
     let observed = ServiceSnapshot {
         generation,
-        mode: K::MODE,
+        kind: K::KIND,
         config,
         database: DatabaseObservation::NotChecked {
             message: format!(
                 "a bare {} resource does not check its database; a Clair resource does",
-                K::MODE
+                K::KIND
             ),
         },
         workload: workload.clone(),
@@ -239,7 +232,7 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
         ready_replicas: ready,
         selector: Some(labels::to_selector_string(&labels::selector(
             &name,
-            K::MODE,
+            K::KIND.as_str(),
         ))),
         config_hash,
         url: Some(url(&name, &namespace)),
@@ -250,7 +243,7 @@ async fn reconcile<K: ServiceKind>(object: Arc<K>, context: Arc<Context>) -> Res
     }
 
     if let Some(event) = &decision.event {
-        info!(kind = K::MODE, %name, %namespace, note = %event.note, "phase transition");
+        info!(kind = %K::KIND, %name, %namespace, note = %event.note, "phase transition");
         super::publish_transition(
             &context,
             event,
@@ -291,7 +284,7 @@ fn log_outcome(kind: &str, name: &str, outcome: Outcome) {
 }
 
 fn owned_selector(input: &ServiceInput) -> String {
-    labels::to_selector_string(&labels::all(input.name, input.mode))
+    labels::to_selector_string(&labels::all(input.name, input.kind.as_str()))
 }
 
 /// The Service, disruption budget, autoscaler (or its removal) and ServiceMonitor.

@@ -2,47 +2,25 @@
 //! the service resources it owns, with a condition per service saying which holds it back.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use strum::VariantArray;
 
 use super::conditions::{ConditionSpec, ConditionType as T, Reason, Status};
 use super::observation::{
     ConfigObservation, DatabaseObservation, config_condition, database_condition, not_degraded,
     strip_link,
 };
-use super::phases::advance;
-use super::table::ObservationClass;
+use super::table::{ObservationClass, next};
 use super::{ApplyPlan, Decision, conclude};
 use crate::api::Phase::{self, *};
+use crate::api::ServiceKind;
 use crate::database::budget::Budget;
 
-/// A service a `Clair` owns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ServiceRole {
-    Indexer,
-    Matcher,
-    Notifier,
-}
-
-impl ServiceRole {
-    pub const ALL: [ServiceRole; 3] = [
-        ServiceRole::Indexer,
-        ServiceRole::Matcher,
-        ServiceRole::Notifier,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ServiceRole::Indexer => "indexer",
-            ServiceRole::Matcher => "matcher",
-            ServiceRole::Notifier => "notifier",
-        }
-    }
-
-    fn condition(self) -> T {
-        match self {
-            ServiceRole::Indexer => T::IndexerReady,
-            ServiceRole::Matcher => T::MatcherReady,
-            ServiceRole::Notifier => T::NotifierReady,
-        }
+/// The condition on a `Clair` that reports one of its services.
+fn service_condition(kind: ServiceKind) -> T {
+    match kind {
+        ServiceKind::Indexer => T::IndexerReady,
+        ServiceKind::Matcher => T::MatcherReady,
+        ServiceKind::Notifier => T::NotifierReady,
     }
 }
 
@@ -65,7 +43,7 @@ pub struct ClairSnapshot {
     pub config: ConfigObservation,
     /// The databases of all services.
     pub database: DatabaseObservation,
-    /// The indexer, matcher and notifier, in [`ServiceRole::ALL`] order.
+    /// The indexer, matcher and notifier, in [`ServiceKind::VARIANTS`] order.
     pub children: [ChildObservation; 3],
     /// Whether the connection pools fit the engines. A warning only: it does not move
     /// the phase.
@@ -116,7 +94,7 @@ pub enum RoutingObservation {
 }
 
 /// The classes of observation, in priority order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
 pub enum ClairClass {
     ConfigMissing,
     ConfigInvalid,
@@ -134,14 +112,7 @@ pub enum ClairClass {
 
 #[rustfmt::skip]
 impl ObservationClass for ClairClass {
-    const ALL: &'static [Self] = &[
-        ClairClass::ConfigMissing, ClairClass::ConfigInvalid, ClairClass::DatabaseUnreachable,
-        ClairClass::UpgradeFailed, ClairClass::UpgradePreparing, ClairClass::ServicesAbsent,
-        ClairClass::ServiceDegraded, ClairClass::UpgradeRolling, ClairClass::UpgradeFinishing,
-        ClairClass::ServicesDeploying, ClairClass::ServicesScaling, ClairClass::AllAvailable,
-    ];
-
-    const PHASES: &'static [Phase] = &Phase::ALL;
+    const PHASES: &'static [Phase] = Phase::VARIANTS;
 
     const TABLE: &'static [(Self, &'static [Phase])] = &[
         //                                 from: Pending       ConfigValid    DatabaseReady  Deploying  Available  Scaling    Upgrading  Degraded
@@ -158,23 +129,6 @@ impl ObservationClass for ClairClass {
         (ClairClass::ServicesScaling,     &[Deploying,     Deploying,     Deploying,     Deploying, Scaling,   Scaling,   Scaling,   Scaling]),
         (ClairClass::AllAvailable,        &[Available,     Available,     Available,     Available, Available, Available, Available, Available]),
     ];
-
-    fn name(self) -> &'static str {
-        match self {
-            ClairClass::ConfigMissing => "ConfigMissing",
-            ClairClass::ConfigInvalid => "ConfigInvalid",
-            ClairClass::DatabaseUnreachable => "DatabaseUnreachable",
-            ClairClass::UpgradeFailed => "UpgradeFailed",
-            ClairClass::UpgradePreparing => "UpgradePreparing",
-            ClairClass::ServicesAbsent => "ServicesAbsent",
-            ClairClass::ServiceDegraded => "ServiceDegraded",
-            ClairClass::UpgradeRolling => "UpgradeRolling",
-            ClairClass::UpgradeFinishing => "UpgradeFinishing",
-            ClairClass::ServicesDeploying => "ServicesDeploying",
-            ClairClass::ServicesScaling => "ServicesScaling",
-            ClairClass::AllAvailable => "AllAvailable",
-        }
-    }
 }
 
 fn child_phase(child: &ChildObservation) -> Option<Phase> {
@@ -224,7 +178,7 @@ pub fn decide(
 ) -> Decision {
     let from = phase.unwrap_or(Pending);
     let class = classify(snapshot);
-    let to = advance(from, class);
+    let to = next(from, class);
     let wanted = conditions(to, class, snapshot);
     let held_back = matches!(
         class,
@@ -238,9 +192,9 @@ pub fn decide(
     conclude(from, to, apply, &wanted, previous, snapshot.generation, now)
 }
 
-fn child_condition(role: ServiceRole, child: &ChildObservation) -> ConditionSpec {
+fn child_condition(role: ServiceKind, child: &ChildObservation) -> ConditionSpec {
     let service = role.as_str();
-    let t = role.condition();
+    let t = service_condition(role);
     match child {
         ChildObservation::Disabled => ConditionSpec::new(
             t,
@@ -283,7 +237,7 @@ fn child_condition(role: ServiceRole, child: &ChildObservation) -> ConditionSpec
 fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<ConditionSpec> {
     let config = config_condition("Clair", &s.config);
     let database = database_condition("Clair", &s.database);
-    let children: Vec<ConditionSpec> = ServiceRole::ALL
+    let children: Vec<ConditionSpec> = ServiceKind::VARIANTS
         .iter()
         .zip(&s.children)
         .map(|(role, child)| child_condition(*role, child))

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::api::Phase;
 
 /// The condition types of every kind; `Clair` adds one per service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::Display, strum::IntoStaticStr)]
 pub enum ConditionType {
     Ready,
     ConfigValid,
@@ -24,26 +24,25 @@ pub enum ConditionType {
 
 impl ConditionType {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConditionType::Ready => "Ready",
-            ConditionType::ConfigValid => "ConfigValid",
-            ConditionType::DatabaseReady => "DatabaseReady",
-            ConditionType::Progressing => "Progressing",
-            ConditionType::Scaling => "Scaling",
-            ConditionType::Degraded => "Degraded",
-            ConditionType::IndexerReady => "IndexerReady",
-            ConditionType::MatcherReady => "MatcherReady",
-            ConditionType::NotifierReady => "NotifierReady",
-            ConditionType::ConnectionsFit => "ConnectionsFit",
-            ConditionType::RoutingReady => "RoutingReady",
-            ConditionType::Upgrading => "Upgrading",
-        }
+        self.into()
     }
 }
 
 /// Every reason a condition or an Event can carry. CamelCase, never empty; each has an
 /// entry in the runbook of [`Reason::runbook`] (a test holds the runbooks to this list).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 pub enum Reason {
     // ConfigValid
     ConfigAccepted,
@@ -95,88 +94,8 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 38] = [
-        Reason::ConfigAccepted,
-        Reason::ConfigMissing,
-        Reason::ConfigInvalid,
-        Reason::DatabaseReachable,
-        Reason::DatabaseUnreachable,
-        Reason::DatabaseNotChecked,
-        Reason::DatabaseAuthFailed,
-        Reason::DatabaseMissing,
-        Reason::DatabaseMisconfigured,
-        Reason::DatabaseRejected,
-        Reason::DatabaseNotReady,
-        Reason::ConnectionsWithinLimit,
-        Reason::ConnectionsExceedLimit,
-        Reason::ConnectionsUnknown,
-        Reason::RoutingApplied,
-        Reason::RoutingDisabled,
-        Reason::RoutingUnsupported,
-        Reason::NoUpgrade,
-        Reason::UpgradePreparing,
-        Reason::UpgradeRolling,
-        Reason::UpgradeFinishing,
-        Reason::UpgradeFailed,
-        Reason::RolloutInProgress,
-        Reason::RolloutComplete,
-        Reason::ProgressDeadlineExceeded,
-        Reason::NotDeployed,
-        Reason::ReplicasChanging,
-        Reason::ReplicasStable,
-        Reason::AsExpected,
-        Reason::BelowMinimumAvailable,
-        Reason::WorkloadMissing,
-        Reason::ServiceDegraded,
-        Reason::AllReplicasReady,
-        Reason::Waiting,
-        Reason::ServicesAvailable,
-        Reason::ServiceMissing,
-        Reason::ServiceNotReady,
-        Reason::ServiceDisabled,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::ConfigAccepted => "ConfigAccepted",
-            Reason::ConfigMissing => "ConfigMissing",
-            Reason::ConfigInvalid => "ConfigInvalid",
-            Reason::DatabaseReachable => "DatabaseReachable",
-            Reason::DatabaseUnreachable => "DatabaseUnreachable",
-            Reason::DatabaseNotChecked => "DatabaseNotChecked",
-            Reason::DatabaseAuthFailed => "DatabaseAuthFailed",
-            Reason::DatabaseMissing => "DatabaseMissing",
-            Reason::DatabaseMisconfigured => "DatabaseMisconfigured",
-            Reason::DatabaseRejected => "DatabaseRejected",
-            Reason::DatabaseNotReady => "DatabaseNotReady",
-            Reason::ConnectionsWithinLimit => "ConnectionsWithinLimit",
-            Reason::ConnectionsExceedLimit => "ConnectionsExceedLimit",
-            Reason::ConnectionsUnknown => "ConnectionsUnknown",
-            Reason::RoutingApplied => "RoutingApplied",
-            Reason::RoutingDisabled => "RoutingDisabled",
-            Reason::RoutingUnsupported => "RoutingUnsupported",
-            Reason::NoUpgrade => "NoUpgrade",
-            Reason::UpgradePreparing => "UpgradePreparing",
-            Reason::UpgradeRolling => "UpgradeRolling",
-            Reason::UpgradeFinishing => "UpgradeFinishing",
-            Reason::UpgradeFailed => "UpgradeFailed",
-            Reason::RolloutInProgress => "RolloutInProgress",
-            Reason::RolloutComplete => "RolloutComplete",
-            Reason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
-            Reason::NotDeployed => "NotDeployed",
-            Reason::ReplicasChanging => "ReplicasChanging",
-            Reason::ReplicasStable => "ReplicasStable",
-            Reason::AsExpected => "AsExpected",
-            Reason::BelowMinimumAvailable => "BelowMinimumAvailable",
-            Reason::WorkloadMissing => "WorkloadMissing",
-            Reason::ServiceDegraded => "ServiceDegraded",
-            Reason::AllReplicasReady => "AllReplicasReady",
-            Reason::Waiting => "Waiting",
-            Reason::ServicesAvailable => "ServicesAvailable",
-            Reason::ServiceMissing => "ServiceMissing",
-            Reason::ServiceNotReady => "ServiceNotReady",
-            Reason::ServiceDisabled => "ServiceDisabled",
-        }
+        self.into()
     }
 
     /// The runbook page that explains this reason: the phase it leads to or holds in.
@@ -231,14 +150,8 @@ impl Reason {
     }
 }
 
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// The tri-state of a condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
 pub enum Status {
     True,
     False,
@@ -251,11 +164,7 @@ impl Status {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Status::True => "True",
-            Status::False => "False",
-            Status::Unknown => "Unknown",
-        }
+        self.into()
     }
 }
 

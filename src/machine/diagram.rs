@@ -20,7 +20,7 @@ pub fn mermaid<C: ObservationClass>() -> String {
             edges
                 .entry((index(from), index(to)))
                 .or_default()
-                .push(class.name());
+                .push(class.into());
         }
     }
     let mut text = String::from("stateDiagram-v2\n    [*] --> Pending\n");

@@ -8,7 +8,6 @@ pub mod clair;
 pub mod conditions;
 pub mod diagram;
 pub mod observation;
-pub mod phases;
 pub mod service;
 pub mod table;
 

@@ -8,10 +8,10 @@ use super::observation::{
     ConfigObservation, DatabaseObservation, config_condition, database_condition, not_degraded,
     strip_link,
 };
-use super::phases::advance;
-use super::table::ObservationClass;
+use super::table::{ObservationClass, next};
 use super::{ApplyPlan, Decision, conclude};
 use crate::api::Phase::{self, *};
+use crate::api::ServiceKind;
 
 /// The Deployment's rollout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,8 +69,8 @@ pub enum Workload {
 pub struct ServiceSnapshot {
     /// `metadata.generation` of the resource.
     pub generation: i64,
-    /// `indexer`, `matcher` or `notifier`, for messages.
-    pub mode: &'static str,
+    /// Which service, for messages.
+    pub kind: ServiceKind,
     pub config: ConfigObservation,
     pub database: DatabaseObservation,
     pub workload: Workload,
@@ -80,7 +80,7 @@ pub struct ServiceSnapshot {
 /// `BelowMinimum` is a fresh loss of ready pods under the disruption budget's floor;
 /// `ShortOfMinimum` is being under it without a fresh loss (new pods starting after a
 /// scale-up, or still short after a loss), which only a Degraded resource stays Degraded on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
 pub enum ServiceClass {
     ConfigMissing,
     ConfigInvalid,
@@ -96,14 +96,6 @@ pub enum ServiceClass {
 
 #[rustfmt::skip]
 impl ObservationClass for ServiceClass {
-    const ALL: &'static [Self] = &[
-        ServiceClass::ConfigMissing, ServiceClass::ConfigInvalid,
-        ServiceClass::DatabaseUnreachable, ServiceClass::WorkloadAbsent,
-        ServiceClass::RolloutFailed, ServiceClass::RolloutProgressing,
-        ServiceClass::BelowMinimum, ServiceClass::ShortOfMinimum, ServiceClass::ReplicasMoving,
-        ServiceClass::Settled,
-    ];
-
     // Before a workload ever ran (Pending, ConfigValid, DatabaseReady) a problem holds the
     // service back; once it runs, the same problem degrades it and the last good config
     // keeps serving.
@@ -124,21 +116,6 @@ impl ObservationClass for ServiceClass {
         (ServiceClass::ReplicasMoving,      &[Deploying,    Deploying,     Deploying,     Deploying,     Scaling,   Scaling,   Scaling]),
         (ServiceClass::Settled,             &[Available,    Available,     Available,     Available,     Available, Available, Available]),
     ];
-
-    fn name(self) -> &'static str {
-        match self {
-            ServiceClass::ConfigMissing => "ConfigMissing",
-            ServiceClass::ConfigInvalid => "ConfigInvalid",
-            ServiceClass::DatabaseUnreachable => "DatabaseUnreachable",
-            ServiceClass::WorkloadAbsent => "WorkloadAbsent",
-            ServiceClass::RolloutFailed => "RolloutFailed",
-            ServiceClass::RolloutProgressing => "RolloutProgressing",
-            ServiceClass::BelowMinimum => "BelowMinimum",
-            ServiceClass::ShortOfMinimum => "ShortOfMinimum",
-            ServiceClass::ReplicasMoving => "ReplicasMoving",
-            ServiceClass::Settled => "Settled",
-        }
-    }
 }
 
 /// The class of a snapshot.
@@ -174,7 +151,7 @@ pub fn decide(
 ) -> Decision {
     let from = phase.unwrap_or(Pending);
     let class = classify(snapshot);
-    let to = advance(from, class);
+    let to = next(from, class);
     let wanted = conditions(to, class, snapshot);
     let held_back = matches!(
         class,
@@ -187,7 +164,7 @@ pub fn decide(
 }
 
 fn conditions(phase: Phase, class: ServiceClass, s: &ServiceSnapshot) -> Vec<ConditionSpec> {
-    let mode = s.mode;
+    let mode = s.kind.as_str();
     let config = config_condition(mode, &s.config);
     let database = database_condition(mode, &s.database);
     let (progressing, scaling) = match &s.workload {

@@ -6,18 +6,18 @@ use std::fmt::Debug;
 
 use crate::api::Phase;
 
-/// A class of observation. Every snapshot falls in exactly one class.
-pub trait ObservationClass: Copy + Eq + Debug + 'static {
-    /// Every class, in priority order (the first that matches a snapshot wins).
-    const ALL: &'static [Self];
+/// A class of observation. Every snapshot falls in exactly one class. Its variants, in
+/// declaration order, are the priority order (the first that matches a snapshot wins); its
+/// name is the one on diagram edges.
+pub trait ObservationClass:
+    Copy + Eq + Debug + strum::VariantArray + Into<&'static str> + 'static
+{
     /// The phases of this family, in the order of the table's columns (a `Clair` has
     /// `Upgrading`, a service does not).
     const PHASES: &'static [Phase];
     /// Rows of the table: the class, then the target phase from each phase in
     /// [`ObservationClass::PHASES`] order.
     const TABLE: &'static [(Self, &'static [Phase])];
-    /// The name on diagram edges.
-    fn name(self) -> &'static str;
 }
 
 /// The phase that `class` leads to from `from`.

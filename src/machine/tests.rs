@@ -12,12 +12,13 @@ use super::clair::{
     self, ChildObservation, ClairClass, ClairSnapshot, RoutingObservation, UpgradeObservation,
 };
 use super::observation::{ConfigObservation, DatabaseObservation};
-use super::phases::{advance, rehydrate};
 use super::service::{self, Replicas, Rollout, ServiceClass, ServiceSnapshot, Workload};
 use super::table::{ObservationClass, next, transitions};
 use super::{ApplyPlan, Decision, Reason};
 use crate::api::Phase;
+use crate::api::ServiceKind;
 use crate::database::budget::Budget;
+use strum::VariantArray;
 
 fn at(second: i64) -> Time {
     Time(Timestamp::from_second(1_800_000_000 + second).expect("valid timestamp"))
@@ -50,7 +51,7 @@ fn service_snapshot(
 ) -> ServiceSnapshot {
     ServiceSnapshot {
         generation: 3,
-        mode: "indexer",
+        kind: ServiceKind::Indexer,
         config,
         database,
         workload,
@@ -249,10 +250,13 @@ fn table_is_complete<C: ObservationClass + std::hash::Hash>() {
     assert_eq!(rows.len(), unique.len(), "a class has two rows");
     assert_eq!(
         unique,
-        C::ALL.iter().copied().collect(),
+        C::VARIANTS.iter().copied().collect(),
         "every class has exactly one row"
     );
-    assert_eq!(transitions::<C>().len(), C::PHASES.len() * C::ALL.len());
+    assert_eq!(
+        transitions::<C>().len(),
+        C::PHASES.len() * C::VARIANTS.len()
+    );
     for (class, targets) in C::TABLE {
         assert_eq!(
             targets.len(),
@@ -270,24 +274,6 @@ fn table_is_complete<C: ObservationClass + std::hash::Hash>() {
 fn every_class_has_one_row_in_each_table() {
     table_is_complete::<ServiceClass>();
     table_is_complete::<ClairClass>();
-}
-
-#[test]
-fn the_statig_machine_rehydrates_in_every_phase() {
-    for phase in Phase::ALL {
-        let machine = rehydrate::<ServiceClass>(phase).expect("rehydrates");
-        assert_eq!(super::phases::phase_of(machine.state()), phase);
-    }
-}
-
-#[test]
-fn the_statig_machine_follows_the_table_for_every_pair() {
-    for (from, class, to) in transitions::<ServiceClass>() {
-        assert_eq!(advance(from, class), to, "{from} on {class:?}");
-    }
-    for (from, class, to) in transitions::<ClairClass>() {
-        assert_eq!(advance(from, class), to, "{from} on {class:?}");
-    }
 }
 
 #[test]
@@ -309,7 +295,7 @@ fn a_repeated_observation_changes_the_phase_at_most_once() {
 /// conditions.
 #[test]
 fn every_phase_and_class_of_a_service_decides_as_the_table_says() {
-    for class in ServiceClass::ALL {
+    for class in ServiceClass::VARIANTS {
         let snapshot = service_example(*class);
         assert_eq!(service::classify(&snapshot), *class, "example of {class:?}");
         for from in ServiceClass::PHASES.iter().copied() {
@@ -337,7 +323,7 @@ fn every_phase_and_class_of_a_service_decides_as_the_table_says() {
 
 #[test]
 fn every_phase_and_class_of_a_clair_decides_as_the_table_says() {
-    for class in ClairClass::ALL {
+    for class in ClairClass::VARIANTS {
         let snapshot = clair_example(*class);
         assert_eq!(clair::classify(&snapshot), *class, "example of {class:?}");
         for from in ClairClass::PHASES.iter().copied() {
@@ -484,7 +470,7 @@ fn assert_consistent(
     );
     for c in &decision.conditions {
         assert!(
-            Reason::ALL.iter().any(|r| r.as_str() == c.reason),
+            Reason::VARIANTS.iter().any(|r| r.as_str() == c.reason),
             "unknown reason {}",
             c.reason
         );
@@ -578,7 +564,7 @@ fn service_snapshot_strategy() -> impl Strategy<Value = ServiceSnapshot> {
     )
         .prop_map(|(generation, config, database, workload)| ServiceSnapshot {
             generation,
-            mode: "matcher",
+            kind: ServiceKind::Matcher,
             config,
             database,
             workload,
@@ -671,7 +657,7 @@ proptest! {
             let decision = service::decide(phase, &conditions, snapshot, &now);
             // Level-based: a fresh process with the same status and snapshot decides the same.
             prop_assert_eq!(&service::decide(phase, &conditions, snapshot, &now), &decision);
-            prop_assert!(Phase::ALL.contains(&decision.phase));
+            prop_assert!(Phase::VARIANTS.contains(&decision.phase));
             assert_consistent(&decision, &snapshot.config, &snapshot.database);
             assert_transition_times(&conditions, &decision, &now);
             for c in &decision.conditions {
@@ -708,7 +694,7 @@ proptest! {
 fn every_phase_and_every_reason_has_its_runbook_entry() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/runbooks");
     let mut missing = Vec::new();
-    for phase in Phase::ALL {
+    for phase in Phase::VARIANTS {
         let path = dir.join(format!("{phase}.md"));
         match std::fs::read_to_string(&path) {
             Ok(text) => {
@@ -721,7 +707,7 @@ fn every_phase_and_every_reason_has_its_runbook_entry() {
             Err(_) => missing.push(format!("{} does not exist", path.display())),
         }
     }
-    for reason in Reason::ALL {
+    for reason in Reason::VARIANTS {
         let page = dir.join(format!("{}.md", reason.runbook()));
         let text = std::fs::read_to_string(&page).unwrap_or_default();
         if !text.contains(&format!("\n### {reason}\n")) {
@@ -737,6 +723,6 @@ fn every_phase_and_every_reason_has_its_runbook_entry() {
 
 #[test]
 fn reasons_are_listed_once_each() {
-    let unique: HashSet<Reason> = Reason::ALL.iter().copied().collect();
-    assert_eq!(unique.len(), Reason::ALL.len());
+    let unique: HashSet<Reason> = Reason::VARIANTS.iter().copied().collect();
+    assert_eq!(unique.len(), Reason::VARIANTS.len());
 }

@@ -18,11 +18,11 @@ use serde_json::{Value, json};
 use super::labels;
 use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
+use crate::api::ServiceKind;
 use crate::api::clair::{ServiceOverrides, UpdaterMode};
 use crate::api::keys;
 use crate::api::service::ClairService;
 use crate::api::{ClairSpec, ConfigSource, ConfigSpec, DEFAULT_IMAGE, KeyReference, ServiceSpec};
-use crate::machine::clair::ServiceRole;
 
 /// The key of the generated root config. YAML, so the user's `.yaml` and `.yaml-patch`
 /// drop-ins apply to it as Clair applies drop-ins (the extension must match the root's);
@@ -67,12 +67,12 @@ impl ClairInput<'_> {
             .unwrap_or(true)
     }
 
-    pub fn enabled(&self, role: ServiceRole) -> bool {
-        role != ServiceRole::Notifier || self.notifier_enabled()
+    pub fn enabled(&self, role: ServiceKind) -> bool {
+        role != ServiceKind::Notifier || self.notifier_enabled()
     }
 
     /// `NAME-indexer` and so on: the service resource, its Deployment and its Service.
-    pub fn child_name(&self, role: ServiceRole) -> String {
+    pub fn child_name(&self, role: ServiceKind) -> String {
         child_name(self.name, role)
     }
 
@@ -84,7 +84,7 @@ impl ClairInput<'_> {
     }
 
     /// The image of one service: its own override, else `spec.image`.
-    pub fn service_image(&self, role: ServiceRole) -> String {
+    pub fn service_image(&self, role: ServiceKind) -> String {
         self.overrides(role)
             .and_then(|o| o.image.clone())
             .unwrap_or_else(|| self.image())
@@ -98,11 +98,11 @@ impl ClairInput<'_> {
             .unwrap_or_default()
     }
 
-    pub fn overrides(&self, role: ServiceRole) -> Option<&ServiceOverrides> {
+    pub fn overrides(&self, role: ServiceKind) -> Option<&ServiceOverrides> {
         match role {
-            ServiceRole::Indexer => self.spec.indexer.as_ref(),
-            ServiceRole::Matcher => self.spec.matcher.as_ref(),
-            ServiceRole::Notifier => self.spec.notifier.as_ref().map(|n| &n.service),
+            ServiceKind::Indexer => self.spec.indexer.as_ref(),
+            ServiceKind::Matcher => self.spec.matcher.as_ref(),
+            ServiceKind::Notifier => self.spec.notifier.as_ref().map(|n| &n.service),
         }
     }
 
@@ -143,7 +143,7 @@ impl<'a> ClairInput<'a> {
     }
 }
 
-pub fn child_name(clair: &str, role: ServiceRole) -> String {
+pub fn child_name(clair: &str, role: ServiceKind) -> String {
     format!("{clair}-{}", role.as_str())
 }
 
@@ -161,7 +161,7 @@ pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> 
         },
         "matcher": {
             "connstring": connections.matcher,
-            "indexer_addr": address(ServiceRole::Indexer),
+            "indexer_addr": address(ServiceKind::Indexer),
             "migrations": true,
         },
         "auth": {"psk": {"key": psk, "iss": PSK_ISSUERS}},
@@ -173,8 +173,8 @@ pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> 
     if let Some(notifier) = &connections.notifier {
         config["notifier"] = json!({
             "connstring": notifier,
-            "indexer_addr": address(ServiceRole::Indexer),
-            "matcher_addr": address(ServiceRole::Matcher),
+            "indexer_addr": address(ServiceKind::Indexer),
+            "matcher_addr": address(ServiceKind::Matcher),
             "migrations": true,
         });
     }
@@ -238,7 +238,7 @@ pub fn child_config(input: &ClairInput) -> ConfigSpec {
 }
 
 /// The service resource of `role`, of kind `K`.
-pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceRole) -> K {
+pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceKind) -> K {
     let overrides = input.overrides(role).cloned().unwrap_or_default();
     let spec = ServiceSpec {
         image: Some(input.service_image(role)),
@@ -481,19 +481,11 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
 }
 
 /// An upgrade step, `pre` or `post`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum UpgradeStep {
     Pre,
     Post,
-}
-
-impl UpgradeStep {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpgradeStep::Pre => "pre",
-            UpgradeStep::Post => "post",
-        }
-    }
 }
 
 /// `NAME-upgrade-pre-v4-9-0`: one Job per step and target version.
@@ -508,7 +500,7 @@ pub fn upgrade_job_name(input: &ClairInput, step: UpgradeStep, version: &str) ->
             }
         })
         .collect();
-    let name = format!("{}-upgrade-{}-{version}", input.name, step.as_str());
+    let name = format!("{}-upgrade-{}-{version}", input.name, step);
     // A Job's name goes into its pods' labels: 63 characters at most.
     name.chars()
         .take(63)
@@ -525,7 +517,7 @@ pub fn upgrade_job(input: &ClairInput, step: UpgradeStep, version: &str) -> Job 
         "--config",
         &format!("{CLAIRCTL_CONFIG_DIR}/{ROOT_KEY}"),
         "admin",
-        step.as_str(),
+        &step.to_string(),
         version,
     ]
     .map(String::from)
@@ -720,7 +712,7 @@ mod tests {
             service: Default::default(),
         });
         let input = input(&spec);
-        assert!(!input.enabled(ServiceRole::Notifier));
+        assert!(!input.enabled(ServiceKind::Notifier));
         let mut c = connections();
         c.notifier = None;
         assert!(root_config(&input, &c, "a2V5").get("notifier").is_none());
@@ -734,7 +726,7 @@ mod tests {
             replicas: Some(3),
             ..Default::default()
         });
-        let indexer: Indexer = child(&input(&spec), ServiceRole::Indexer);
+        let indexer: Indexer = child(&input(&spec), ServiceKind::Indexer);
         assert_eq!(indexer.metadata.name.as_deref(), Some("clair-indexer"));
         let s = &indexer.spec.service;
         assert_eq!(s.replicas, 3);

@@ -4,6 +4,7 @@
 //! and databases from passwords generated once into a Secret. Pure builders.
 
 use std::collections::BTreeMap;
+use strum::VariantArray;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
@@ -21,9 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use super::clair::{ClairInput, ConnStrings};
 use super::labels;
 use super::pod::{POSTGRES_UID, restricted_container, restricted_pod};
+use crate::api::ServiceKind;
 use crate::api::clair::ManagedDatabase;
 use crate::database::connstring;
-use crate::machine::clair::ServiceRole;
 
 pub const DEFAULT_IMAGE: &str = "docker.io/library/postgres:17";
 pub const DEFAULT_MAX_CONNECTIONS: i32 = 200;
@@ -36,14 +37,14 @@ pub const COMPONENT: &str = "database";
 const ENGINE_LABEL: &str = "clair.projectquay.io/engine";
 
 /// The passwords Secret's key for `role`.
-pub fn password_key(role: ServiceRole) -> String {
+pub fn password_key(role: ServiceKind) -> String {
     format!("{}-password", role.as_str())
 }
 
 /// Every key of the passwords Secret.
 pub fn password_keys() -> Vec<String> {
     std::iter::once(SUPERUSER_KEY.to_string())
-        .chain(ServiceRole::ALL.iter().map(|r| password_key(*r)))
+        .chain(ServiceKind::VARIANTS.iter().map(|r| password_key(*r)))
         .collect()
 }
 
@@ -52,14 +53,14 @@ pub fn password_keys() -> Vec<String> {
 pub struct Engine {
     /// Name of its StatefulSet and Service.
     pub name: String,
-    pub roles: Vec<ServiceRole>,
+    pub roles: Vec<ServiceKind>,
 }
 
 /// The engines of a managed database: one shared, or one per service.
 pub fn engines(input: &ClairInput, managed: &ManagedDatabase) -> Vec<Engine> {
     let shared = format!("{}-database", input.name);
     if managed.per_service {
-        ServiceRole::ALL
+        ServiceKind::VARIANTS
             .iter()
             .map(|role| Engine {
                 name: format!("{shared}-{}", role.as_str()),
@@ -69,13 +70,13 @@ pub fn engines(input: &ClairInput, managed: &ManagedDatabase) -> Vec<Engine> {
     } else {
         vec![Engine {
             name: shared,
-            roles: ServiceRole::ALL.to_vec(),
+            roles: ServiceKind::VARIANTS.to_vec(),
         }]
     }
 }
 
 /// The engine serving `role`.
-pub fn engine_of(engines: &[Engine], role: ServiceRole) -> Option<&Engine> {
+pub fn engine_of(engines: &[Engine], role: ServiceKind) -> Option<&Engine> {
     engines.iter().find(|e| e.roles.contains(&role))
 }
 
@@ -147,7 +148,7 @@ pub fn conn_strings(
     engines: &[Engine],
     passwords: &BTreeMap<String, String>,
 ) -> ConnStrings {
-    let string = |role: ServiceRole| {
+    let string = |role: ServiceKind| {
         let host = engine_of(engines, role).map_or(String::new(), |e| {
             format!("{}.{}.svc", e.name, input.namespace)
         });
@@ -167,11 +168,11 @@ pub fn conn_strings(
         ])
     };
     ConnStrings {
-        indexer: string(ServiceRole::Indexer),
-        matcher: string(ServiceRole::Matcher),
+        indexer: string(ServiceKind::Indexer),
+        matcher: string(ServiceKind::Matcher),
         notifier: input
             .notifier_enabled()
-            .then(|| string(ServiceRole::Notifier)),
+            .then(|| string(ServiceKind::Notifier)),
     }
 }
 

@@ -4,6 +4,7 @@
 //! the certificate the user names. Pure builders.
 
 use std::collections::BTreeMap;
+use strum::VariantArray;
 
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -14,8 +15,8 @@ use serde_json::json;
 
 use super::clair::ClairInput;
 use super::service::API_PORT;
+use crate::api::ServiceKind;
 use crate::api::clair::{RoutingKind, RoutingSpec};
-use crate::machine::clair::ServiceRole;
 
 pub fn route_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -75,7 +76,7 @@ pub fn external_url(routing: &RoutingSpec) -> Option<String> {
 }
 
 fn paths(input: &ClairInput) -> Vec<(String, String)> {
-    ServiceRole::ALL
+    ServiceKind::VARIANTS
         .iter()
         .filter(|role| input.enabled(**role))
         .map(|role| (format!("/{}/", role.as_str()), input.child_name(*role)))

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use super::labels;
 use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
-use crate::api::{DEFAULT_IMAGE, ServiceSpec};
+use crate::api::{DEFAULT_IMAGE, ServiceKind, ServiceSpec};
 
 pub const API_PORT: i32 = 6060;
 pub const INTROSPECTION_PORT: i32 = 8089;
@@ -41,7 +41,7 @@ const DEFAULT_SCRATCH: &str = "10Gi";
 /// What the builders need to know about one service resource.
 pub struct ServiceInput<'a> {
     /// `indexer`, `matcher` or `notifier`: `CLAIR_MODE` and the component label.
-    pub mode: &'a str,
+    pub kind: ServiceKind,
     pub name: &'a str,
     pub namespace: &'a str,
     /// The controller owner reference to the resource.
@@ -84,7 +84,7 @@ fn metadata(input: &ServiceInput, name: String) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: Some(input.namespace.to_string()),
-        labels: Some(labels::all(input.name, input.mode)),
+        labels: Some(labels::all(input.name, input.kind.as_str())),
         owner_references: Some(vec![input.owner.clone()]),
         ..Default::default()
     }
@@ -169,7 +169,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
     let mut env = vec![
         EnvVar {
             name: "CLAIR_MODE".to_string(),
-            value: Some(input.mode.to_string()),
+            value: Some(input.kind.to_string()),
             ..Default::default()
         },
         EnvVar {
@@ -226,8 +226,8 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         ]),
         ..restricted_container()
     };
-    let selector = labels::selector(input.name, input.mode);
-    let mut template_labels = labels::all(input.name, input.mode);
+    let selector = labels::selector(input.name, input.kind.as_str());
+    let mut template_labels = labels::all(input.name, input.kind.as_str());
     template_labels.extend(selector.clone());
     let non_empty = |map: &BTreeMap<String, String>| (!map.is_empty()).then(|| map.clone());
     Deployment {
@@ -287,7 +287,7 @@ pub fn service(input: &ServiceInput) -> Service {
     Service {
         metadata: metadata(input, input.name.to_string()),
         spec: Some(KubeServiceSpec {
-            selector: Some(labels::selector(input.name, input.mode)),
+            selector: Some(labels::selector(input.name, input.kind.as_str())),
             ports: Some(vec![
                 port("api", API_PORT),
                 port("introspection", INTROSPECTION_PORT),
@@ -348,7 +348,7 @@ pub fn disruption_budget(input: &ServiceInput) -> PodDisruptionBudget {
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {
-                match_labels: Some(labels::selector(input.name, input.mode)),
+                match_labels: Some(labels::selector(input.name, input.kind.as_str())),
                 ..Default::default()
             }),
             ..Default::default()
@@ -377,7 +377,7 @@ pub fn service_monitor(input: &ServiceInput) -> DynamicObject {
     object.metadata = metadata(input, input.name.to_string());
     object.data = json!({
         "spec": {
-            "selector": {"matchLabels": labels::selector(input.name, input.mode)},
+            "selector": {"matchLabels": labels::selector(input.name, input.kind.as_str())},
             "endpoints": [{"port": "introspection", "path": "/metrics"}]
         }
     });
@@ -414,7 +414,7 @@ mod tests {
 
     fn input(spec: &ServiceSpec) -> ServiceInput<'_> {
         ServiceInput {
-            mode: "matcher",
+            kind: ServiceKind::Matcher,
             name: "m",
             namespace: "ns",
             owner: OwnerReference {

@@ -15,7 +15,7 @@ pub trait Lookup {
 
 fn service_checks(
     spec: &ServiceSpec,
-    mode: crate::clairconfig::Mode,
+    mode: crate::api::ServiceKind,
     lookup: &impl Lookup,
     warnings: &mut Vec<String>,
 ) {
@@ -82,7 +82,7 @@ pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdic
                 &serde_json::from_value::<Indexer>(value.clone())?
                     .spec
                     .service,
-                crate::clairconfig::Mode::Indexer,
+                crate::api::ServiceKind::Indexer,
                 lookup,
                 &mut warnings,
             ),
@@ -90,7 +90,7 @@ pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdic
                 &serde_json::from_value::<Matcher>(value.clone())?
                     .spec
                     .service,
-                crate::clairconfig::Mode::Matcher,
+                crate::api::ServiceKind::Matcher,
                 lookup,
                 &mut warnings,
             ),
@@ -98,7 +98,7 @@ pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdic
                 &serde_json::from_value::<Notifier>(value.clone())?
                     .spec
                     .service,
-                crate::clairconfig::Mode::Notifier,
+                crate::api::ServiceKind::Notifier,
                 lookup,
                 &mut warnings,
             ),

@@ -8,8 +8,9 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use crate::api::ServiceKind;
 use crate::api::keys::CONFIG;
-use crate::clairconfig::{self, Document, Mode};
+use crate::clairconfig::{self, Document};
 
 /// What admission answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,8 +74,12 @@ pub fn config_object(object: &DynamicObject, kind: &str) -> Verdict {
         key,
         text,
     };
-    let modes = [Mode::Indexer, Mode::Matcher, Mode::Notifier];
-    let checks: Vec<(Mode, clairconfig::Checked)> = modes
+    let modes = [
+        ServiceKind::Indexer,
+        ServiceKind::Matcher,
+        ServiceKind::Notifier,
+    ];
+    let checks: Vec<(ServiceKind, clairconfig::Checked)> = modes
         .iter()
         .map(|mode| (*mode, clairconfig::check(&document, &[], *mode)))
         .collect();

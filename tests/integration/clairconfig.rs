@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
-use clair_operator::clairconfig::{self, Mode};
+use clair_operator::api::ServiceKind;
+use clair_operator::clairconfig;
 
 use crate::support::TestEnv;
 
@@ -72,7 +73,7 @@ fn clair_verdicts(files: &[PathBuf]) -> anyhow::Result<BTreeMap<(String, String)
 }
 
 /// The operator's verdict: merge the drop-ins as Clair does, then validate.
-fn operator_verdict(path: &Path, mode: Mode) -> anyhow::Result<Option<String>> {
+fn operator_verdict(path: &Path, mode: ServiceKind) -> anyhow::Result<Option<String>> {
     let (root, dropins) = clairconfig::files::read(path)?;
     let errors = clairconfig::check(&root, &dropins, mode).errors();
     Ok((!errors.is_empty()).then(|| errors.join("; ")))
@@ -95,9 +96,9 @@ pub async fn the_validator_agrees_with_clair_on_the_corpus(_env: &TestEnv) -> an
             .unwrap_or_default()
             .to_string();
         for (mode_name, mode) in [
-            ("indexer", Mode::Indexer),
-            ("matcher", Mode::Matcher),
-            ("notifier", Mode::Notifier),
+            ("indexer", ServiceKind::Indexer),
+            ("matcher", ServiceKind::Matcher),
+            ("notifier", ServiceKind::Notifier),
         ] {
             let theirs = clair
                 .get(&(name.clone(), mode_name.to_string()))
