@@ -9,4 +9,9 @@ pub mod database;
 pub mod generated;
 pub mod machine;
 pub mod render;
+pub mod sources;
+pub mod templating;
 pub mod webhook;
+
+#[cfg(test)]
+mod layers;

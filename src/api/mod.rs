@@ -4,6 +4,7 @@
 
 pub mod clair;
 pub mod common;
+pub mod labels;
 pub mod service;
 
 pub use clair::{Clair, ClairSpec, ClairStatus};

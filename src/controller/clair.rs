@@ -26,6 +26,7 @@ use super::service::ServiceResource;
 use super::{Context, Error, credentials, now, observe, upgrade};
 use crate::api::ServiceKind;
 use crate::api::clair::{ChildStatus, RoutingKind};
+use crate::api::labels;
 use crate::api::{Clair, ClairStatus, ConfigSource, Indexer, Matcher, Notifier, Phase};
 use crate::clairconfig::{self, Document};
 use crate::database::budget;
@@ -36,7 +37,7 @@ use crate::machine::clair::{
 };
 use crate::machine::observation::ConfigObservation;
 use crate::render::clair::{self as render, ClairInput, ROOT_KEY};
-use crate::render::{labels, routing};
+use crate::render::routing;
 
 /// The `Clair` controller, until `shutdown` resolves.
 pub async fn run(
@@ -133,7 +134,7 @@ async fn observe_config(
                 ),
             });
         }
-        match observe::read_source(&context.client, input.namespace, source).await? {
+        match crate::sources::read_source(&context.client, input.namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => {
                 return Ok(ConfigObservation::Missing {

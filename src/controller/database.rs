@@ -14,10 +14,11 @@ use kube::api::Api;
 
 use super::apply::{apply, apply_fresh, delete_unwanted};
 use super::credentials::{generated_secret, random_hex};
-use super::{Context, Error, observe};
+use super::{Context, Error};
 use crate::api::ConfigSource;
 use crate::api::ServiceKind;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
+use crate::api::labels;
 use crate::database::budget::{self, Demand};
 use crate::database::connstring::{self, ConnSettings};
 use crate::database::probe::{self, FailureKind, ProbeOptions};
@@ -25,7 +26,6 @@ use crate::machine::Reason;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
 use crate::render::database as db;
-use crate::render::labels;
 
 /// What the database side found.
 pub struct DatabaseState {
@@ -162,16 +162,17 @@ pub async fn external(
             config_map: None,
             secret: Some(reference.clone()),
         };
-        let text = match observe::read_source(&context.client, input.namespace, &source).await? {
-            Ok(document) => document.text.trim().to_string(),
-            Err(what) => {
-                failures.push((
-                    Reason::DatabaseMisconfigured,
-                    format!("{}: {what}", role.as_str()),
-                ));
-                continue;
-            }
-        };
+        let text =
+            match crate::sources::read_source(&context.client, input.namespace, &source).await? {
+                Ok(document) => document.text.trim().to_string(),
+                Err(what) => {
+                    failures.push((
+                        Reason::DatabaseMisconfigured,
+                        format!("{}: {what}", role.as_str()),
+                    ));
+                    continue;
+                }
+            };
         match connstring::parse(&text) {
             Ok(settings) => {
                 parsed.insert(role.as_str(), settings);

@@ -17,8 +17,7 @@ use std::sync::Arc;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
-/// The one field manager of every write the operator makes.
-pub const FIELD_MANAGER: &str = "clair-operator";
+pub use crate::api::labels::FIELD_MANAGER;
 
 /// Errors of one reconcile; each has a reason for logs and metrics.
 #[derive(Debug, thiserror::Error)]

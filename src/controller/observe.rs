@@ -2,85 +2,15 @@
 //! the observations the machines take.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
-use kube::api::Api;
 
 use super::Error;
+use crate::api::ConfigSpec;
 use crate::api::ServiceKind;
-use crate::api::{ConfigSource, ConfigSpec};
 use crate::clairconfig::{self, Document};
 use crate::machine::observation::ConfigObservation;
 use crate::machine::service::{Replicas, Rollout, Workload};
 use crate::render::service::{ConfigSnapshot, min_available};
-
-/// Reads one referenced key. `Ok(Err(what))` names what is missing.
-pub async fn read_source(
-    client: &Client,
-    namespace: &str,
-    source: &ConfigSource,
-) -> Result<Result<Document, String>, Error> {
-    if let Some(reference) = &source.config_map {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        let name = format!("ConfigMap {}", reference.name);
-        let Some(object) = api.get_opt(&reference.name).await? else {
-            return Ok(Err(format!("{name} does not exist")));
-        };
-        let text = object
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&reference.key))
-            .cloned()
-            .or_else(|| {
-                object
-                    .binary_data
-                    .as_ref()
-                    .and_then(|d| d.get(&reference.key))
-                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            });
-        return Ok(match text {
-            Some(text) => Ok(Document {
-                name: format!("{name} key {}", reference.key),
-                key: reference.key.clone(),
-                text,
-            }),
-            None => Err(format!("{name} has no key {}", reference.key)),
-        });
-    }
-    if let Some(reference) = &source.secret {
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        let name = format!("Secret {}", reference.name);
-        let Some(object) = api.get_opt(&reference.name).await? else {
-            return Ok(Err(format!("{name} does not exist")));
-        };
-        let bytes = object
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&reference.key))
-            .map(|b| b.0.clone())
-            .or_else(|| {
-                object
-                    .string_data
-                    .as_ref()
-                    .and_then(|d| d.get(&reference.key))
-                    .map(|s| s.clone().into_bytes())
-            });
-        return Ok(match bytes {
-            Some(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => Ok(Document {
-                    name: format!("{name} key {}", reference.key),
-                    key: reference.key.clone(),
-                    text,
-                }),
-                Err(_) => Err(format!("{name} key {} is not UTF-8 text", reference.key)),
-            },
-            None => Err(format!("{name} has no key {}", reference.key)),
-        });
-    }
-    Ok(Err(
-        "the config reference names neither a ConfigMap nor a Secret".into(),
-    ))
-}
 
 /// The config of a service: missing, invalid (with the field and reason), or valid with
 /// the snapshot the pods get.
@@ -90,13 +20,13 @@ pub async fn config(
     spec: &ConfigSpec,
     mode: ServiceKind,
 ) -> Result<(ConfigObservation, Option<ConfigSnapshot>), Error> {
-    let root = match read_source(client, namespace, &spec.root).await? {
+    let root = match crate::sources::read_source(client, namespace, &spec.root).await? {
         Ok(document) => document,
         Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
     };
     let mut dropins = Vec::with_capacity(spec.dropins.len());
     for source in &spec.dropins {
-        match read_source(client, namespace, source).await? {
+        match crate::sources::read_source(client, namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
         }

@@ -22,12 +22,12 @@ use tracing::{debug, info, warn};
 
 use super::apply::{Outcome, apply, apply_fresh, delete_unwanted};
 use super::{Context, Error, now, observe};
+use crate::api::labels;
 use crate::api::service::ClairService;
 use crate::api::{ConfigSource, ServiceSpec, ServiceStatus};
 use crate::machine::ApplyPlan;
 use crate::machine::observation::DatabaseObservation;
 use crate::machine::service::{ServiceSnapshot, Workload, decide};
-use crate::render::labels;
 use crate::render::service::{
     ServiceInput, autoscaler, config_secret, deployment, disruption_budget, service,
     service_monitor, service_monitor_resource, snapshot_name, url,

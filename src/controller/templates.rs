@@ -25,9 +25,9 @@ use tracing::{debug, warn};
 
 use super::{Context, Error};
 use crate::api::keys::{TEMPLATE_CONFIG, TEMPLATE_INPUT};
-use crate::webhook::template::{self, SourceKind};
-use crate::webhook::templating::render_object;
-use crate::webhook::validate::value_of;
+use crate::sources::value_of;
+use crate::templating::render_object;
+use crate::templating::template::{self, SourceKind};
 
 /// ConfigMap or Secret: the kinds that hold templates.
 pub trait Holder:

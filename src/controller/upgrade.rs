@@ -8,9 +8,9 @@ use kube::api::Api;
 
 use super::apply::{apply, delete_unwanted};
 use super::{Context, Error};
+use crate::api::labels;
 use crate::machine::clair::UpgradeObservation;
 use crate::render::clair::{ClairInput, UpgradeStep, upgrade_job, upgrade_job_name};
-use crate::render::labels;
 
 /// Where one step's Job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

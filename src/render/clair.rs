@@ -15,12 +15,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 use serde_json::{Value, json};
 
-use super::labels;
 use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
 use crate::api::ServiceKind;
 use crate::api::clair::{ServiceOverrides, UpdaterMode};
 use crate::api::keys;
+use crate::api::labels;
 use crate::api::service::ClairService;
 use crate::api::{ClairSpec, ConfigSource, ConfigSpec, DEFAULT_IMAGE, KeyReference, ServiceSpec};
 

@@ -20,10 +20,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::clair::{ClairInput, ConnStrings};
-use super::labels;
 use super::pod::{POSTGRES_UID, restricted_container, restricted_pod};
 use crate::api::ServiceKind;
 use crate::api::clair::ManagedDatabase;
+use crate::api::labels;
 use crate::database::connstring;
 
 pub const DEFAULT_IMAGE: &str = "docker.io/library/postgres:17";

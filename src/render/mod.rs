@@ -3,7 +3,6 @@
 
 pub mod clair;
 pub mod database;
-pub mod labels;
 pub mod pod;
 pub mod routing;
 pub mod service;

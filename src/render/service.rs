@@ -23,8 +23,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
-use super::labels;
 use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
+use crate::api::labels;
 use crate::api::{DEFAULT_IMAGE, ServiceKind, ServiceSpec};
 
 pub const API_PORT: i32 = 6060;

@@ -6,7 +6,6 @@ pub mod certs;
 pub mod register;
 pub mod resources;
 pub mod server;
-pub mod template;
 pub mod templating;
 pub mod validate;
 

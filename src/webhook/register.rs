@@ -24,7 +24,7 @@ use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, server,
 };
 use crate::api::keys::TEMPLATE_CONFIG;
-use crate::controller::FIELD_MANAGER;
+use crate::api::labels::FIELD_MANAGER;
 
 /// Name of the Secret holding the webhook's CA and serving certificate.
 pub const SECRET_NAME: &str = "clair-operator-webhook-tls";

@@ -14,7 +14,6 @@ use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, resources, templating,
     validate,
 };
-use crate::controller::observe;
 
 /// The routes: one path per webhook.
 pub fn router(client: Client) -> Router {
@@ -78,7 +77,7 @@ async fn validate_resource(State(client): State<Client>, Json(review): Review) -
         let namespace = request.namespace.clone().unwrap_or_default();
         let mut fetched = Vec::new();
         for source in resources::sources(object, kind) {
-            let found = match observe::read_source(&client, &namespace, &source).await {
+            let found = match crate::sources::read_source(&client, &namespace, &source).await {
                 Ok(Ok(document)) => Ok(document.text),
                 Ok(Err(missing)) => Err(missing),
                 Err(e) => Err(format!("cannot check: {e}")),

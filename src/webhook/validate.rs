@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::ByteString;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -11,6 +10,7 @@ use serde_json::Value;
 use crate::api::ServiceKind;
 use crate::api::keys::CONFIG;
 use crate::clairconfig::{self, Document};
+use crate::sources::value_of;
 
 /// What admission answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,26 +27,6 @@ impl Verdict {
             warnings: Vec::new(),
         }
     }
-}
-
-/// The text under `key` of a ConfigMap (`data`, `binaryData`) or Secret (`data` base64,
-/// `stringData`).
-pub fn value_of(object: &DynamicObject, kind: &str, key: &str) -> Option<String> {
-    let data = &object.data;
-    if kind == "Secret" {
-        if let Some(text) = data["stringData"][key].as_str() {
-            return Some(text.to_string());
-        }
-        let encoded = data["data"].get(key)?.clone();
-        let bytes: ByteString = serde_json::from_value(encoded).ok()?;
-        return String::from_utf8(bytes.0).ok();
-    }
-    if let Some(text) = data["data"][key].as_str() {
-        return Some(text.to_string());
-    }
-    let encoded = data["binaryData"].get(key)?.clone();
-    let bytes: ByteString = serde_json::from_value(encoded).ok()?;
-    String::from_utf8(bytes.0).ok()
 }
 
 /// Validates the config of a labelled object in each service mode. What is wrong in every

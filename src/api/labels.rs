@@ -1,6 +1,11 @@
-//! The labels every owned object carries, and the selector of a service's pods.
+//! What marks an object as the operator's: the labels every owned object carries (and the
+//! selector of a service's pods), and the field manager of every write the operator makes.
+//! One place, imported by the controllers and the webhook alike.
 
 use std::collections::BTreeMap;
+
+/// The one field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "clair-operator";
 
 pub const NAME: &str = "app.kubernetes.io/name";
 pub const INSTANCE: &str = "app.kubernetes.io/instance";

@@ -1,0 +1,99 @@
+//! Reading the keys of ConfigMaps and Secrets that resources and templates reference:
+//! through the API (a resource's config sources) or from an admitted object (a webhook's
+//! or the re-render controller's view of a ConfigMap or Secret).
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+
+use crate::api::ConfigSource;
+use crate::clairconfig::Document;
+
+/// Reads one referenced key. `Ok(Err(what))` names what is missing.
+pub async fn read_source(
+    client: &Client,
+    namespace: &str,
+    source: &ConfigSource,
+) -> Result<Result<Document, String>, kube::Error> {
+    if let Some(reference) = &source.config_map {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let name = format!("ConfigMap {}", reference.name);
+        let Some(object) = api.get_opt(&reference.name).await? else {
+            return Ok(Err(format!("{name} does not exist")));
+        };
+        let text = object
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&reference.key))
+            .cloned()
+            .or_else(|| {
+                object
+                    .binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(&reference.key))
+                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            });
+        return Ok(match text {
+            Some(text) => Ok(Document {
+                name: format!("{name} key {}", reference.key),
+                key: reference.key.clone(),
+                text,
+            }),
+            None => Err(format!("{name} has no key {}", reference.key)),
+        });
+    }
+    if let Some(reference) = &source.secret {
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let name = format!("Secret {}", reference.name);
+        let Some(object) = api.get_opt(&reference.name).await? else {
+            return Ok(Err(format!("{name} does not exist")));
+        };
+        let bytes = object
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&reference.key))
+            .map(|b| b.0.clone())
+            .or_else(|| {
+                object
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(&reference.key))
+                    .map(|s| s.clone().into_bytes())
+            });
+        return Ok(match bytes {
+            Some(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Ok(Document {
+                    name: format!("{name} key {}", reference.key),
+                    key: reference.key.clone(),
+                    text,
+                }),
+                Err(_) => Err(format!("{name} key {} is not UTF-8 text", reference.key)),
+            },
+            None => Err(format!("{name} has no key {}", reference.key)),
+        });
+    }
+    Ok(Err(
+        "the config reference names neither a ConfigMap nor a Secret".into(),
+    ))
+}
+
+/// The text under `key` of a ConfigMap (`data`, `binaryData`) or Secret (`data` base64,
+/// `stringData`).
+pub fn value_of(object: &DynamicObject, kind: &str, key: &str) -> Option<String> {
+    let data = &object.data;
+    if kind == "Secret" {
+        if let Some(text) = data["stringData"][key].as_str() {
+            return Some(text.to_string());
+        }
+        let encoded = data["data"].get(key)?.clone();
+        let bytes: ByteString = serde_json::from_value(encoded).ok()?;
+        return String::from_utf8(bytes.0).ok();
+    }
+    if let Some(text) = data["data"][key].as_str() {
+        return Some(text.to_string());
+    }
+    let encoded = data["binaryData"].get(key)?.clone();
+    let bytes: ByteString = serde_json::from_value(encoded).ok()?;
+    String::from_utf8(bytes.0).ok()
+}

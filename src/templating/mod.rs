@@ -1,0 +1,168 @@
+//! Templates: a ConfigMap or Secret labelled `clair.projectquay.io/template-config` has the
+//! `secret://` and `configmap://` references of its template-input key resolved into its
+//! template-output key. [`template`] is the pure part (parse, find references, render);
+//! [`render_object`] reads the references. Used by the templating webhook (as the writing
+//! user) and by the controller that re-renders when a referenced value changes.
+//!
+//! Only in the object's own namespace, only what the requesting user may `get` themselves
+//! (a SubjectAccessReview with the request's user), and never a Secret's value into a
+//! ConfigMap: otherwise anyone who may write a ConfigMap could read any Secret through the
+//! operator.
+
+pub mod template;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::api::keys::{TEMPLATE_INPUT, TEMPLATE_OUTPUT};
+use crate::sources::value_of;
+use template::{Reference, SourceKind};
+
+/// Why a request is refused; the message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0}")]
+    Request(String),
+    #[error("{0}")]
+    Template(#[from] template::Error),
+    #[error("checking access failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The rendered output for `object` (a ConfigMap or Secret in `namespace`), as `user` may
+/// see it. `user: None` renders with the operator's own access (re-rendering after a
+/// referenced value changed, for an object whose author was checked when it was written).
+pub async fn render_object(
+    client: &Client,
+    object: &DynamicObject,
+    kind: &str,
+    namespace: &str,
+    user: Option<&UserInfo>,
+) -> Result<(String, String), Refusal> {
+    let annotation = |key: &str| {
+        object.annotations().get(key).cloned().ok_or_else(|| {
+            Refusal::Request(format!(
+                "{kind} {} is labelled for templating but has no {key} annotation",
+                object.name_any()
+            ))
+        })
+    };
+    let input_key = annotation(TEMPLATE_INPUT)?;
+    let output_key = annotation(TEMPLATE_OUTPUT)?;
+    if input_key == output_key {
+        return Err(Refusal::Request(format!(
+            "{TEMPLATE_INPUT} and {TEMPLATE_OUTPUT} must name different keys"
+        )));
+    }
+    let text = value_of(object, kind, &input_key).ok_or_else(|| {
+        Refusal::Request(format!(
+            "{kind} {} has no key {input_key:?} (named by {TEMPLATE_INPUT})",
+            object.name_any()
+        ))
+    })?;
+    let (parsed, _) = template::parse(&input_key, &text)?;
+    let output_format = template::format_of(&output_key)?;
+    let references = template::references(&parsed)?;
+    if kind == "ConfigMap"
+        && let Some(secret) = references.iter().find(|r| r.kind == SourceKind::Secret)
+    {
+        return Err(Refusal::Request(format!(
+            "{secret}: a Secret's value is never written into a ConfigMap; keep this template in a Secret"
+        )));
+    }
+    let mut values = BTreeMap::new();
+    for reference in &references {
+        if let Some(user) = user {
+            check_access(client, user, namespace, reference).await?;
+        }
+        values.insert(
+            reference.clone(),
+            fetch(client, namespace, reference).await?,
+        );
+    }
+    Ok((
+        output_key,
+        template::render(&parsed, output_format, &values)?,
+    ))
+}
+
+async fn check_access(
+    client: &Client,
+    user: &UserInfo,
+    namespace: &str,
+    reference: &Reference,
+) -> Result<(), Refusal> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user.username.clone(),
+            groups: user.groups.clone(),
+            uid: user.uid.clone(),
+            extra: user.extra.clone(),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.to_string()),
+                verb: Some("get".to_string()),
+                resource: Some(reference.kind.resource().to_string()),
+                name: Some(reference.name.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviewed = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    if reviewed.status.is_some_and(|s| s.allowed) {
+        Ok(())
+    } else {
+        Err(Refusal::Request(format!(
+            "{reference}: user {} may not get {} {} in {namespace}, so the template may not use it",
+            user.username.as_deref().unwrap_or("(unknown)"),
+            reference.kind.resource(),
+            reference.name
+        )))
+    }
+}
+
+async fn fetch(client: &Client, namespace: &str, reference: &Reference) -> Result<String, Refusal> {
+    let missing = |what: String| Refusal::Request(format!("{reference}: {what}"));
+    match reference.kind {
+        SourceKind::Secret => {
+            let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+                .get_opt(&reference.name)
+                .await?
+                .ok_or_else(|| missing(format!("Secret {} does not exist", reference.name)))?;
+            let bytes = secret
+                .data
+                .and_then(|d| d.get(&reference.key).map(|b| b.0.clone()))
+                .ok_or_else(|| {
+                    missing(format!(
+                        "Secret {} has no key {}",
+                        reference.name, reference.key
+                    ))
+                })?;
+            String::from_utf8(bytes).map_err(|_| missing("the value is not UTF-8 text".into()))
+        }
+        SourceKind::ConfigMap => {
+            let map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+                .get_opt(&reference.name)
+                .await?
+                .ok_or_else(|| missing(format!("ConfigMap {} does not exist", reference.name)))?;
+            map.data
+                .and_then(|d| d.get(&reference.key).cloned())
+                .ok_or_else(|| {
+                    missing(format!(
+                        "ConfigMap {} has no key {}",
+                        reference.name, reference.key
+                    ))
+                })
+        }
+    }
+}
