@@ -380,3 +380,12 @@ pub struct ChildStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
+
+/// A step of a move to a new Clair version: `clairctl admin pre` before the services roll,
+/// `clairctl admin post` once they run the new version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum UpgradeStep {
+    Pre,
+    Post,
+}

@@ -45,6 +45,15 @@ impl ConfigSource {
     pub fn key(&self) -> Option<&KeyReference> {
         self.config_map.as_ref().or(self.secret.as_ref())
     }
+
+    /// `ConfigMap NAME` or `Secret NAME`, for messages.
+    pub fn describe(&self) -> String {
+        match (&self.config_map, &self.secret) {
+            (Some(r), _) => format!("ConfigMap {}", r.name),
+            (None, Some(r)) => format!("Secret {}", r.name),
+            (None, None) => "a config source naming no object".to_string(),
+        }
+    }
 }
 
 /// Where a service's Clair config comes from: a root file plus drop-ins, merged as Clair

@@ -22,6 +22,13 @@ pub fn managed_selector() -> String {
     format!("{MANAGED_BY}={OPERATOR}")
 }
 
+/// Every object the operator made for the resource `instance` carries these labels: the
+/// one query per kind that finds what a resource owns (its owner UID then tells it apart
+/// from a namesake's).
+pub fn owned_selector(instance: &str) -> String {
+    format!("{INSTANCE}={instance},{MANAGED_BY}={OPERATOR}")
+}
+
 /// Labels that identify the pods of one service resource; never change them on a running
 /// Deployment (its selector is immutable).
 pub fn selector(instance: &str, component: &str) -> BTreeMap<String, String> {

@@ -1,54 +1,252 @@
-//! Server-side apply under one field manager, skipped when the object already holds what we
-//! would write, so a steady-state reconcile makes no write at all; and deletion of owned
-//! objects that are no longer desired.
+//! The one applier: writes a resource's desired objects ([`crate::render::owned`]) kind by
+//! kind, and deletes the objects of a pruned kind that the resource owns but no longer
+//! wants. One list call per kind finds what the resource owns (its labels, then its UID in
+//! the controller owner reference); a server-side apply under one field manager is skipped
+//! when the live object already holds what would be written, so a steady-state reconcile
+//! makes no write at all.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tracing::debug;
 
-use super::{Error, FIELD_MANAGER};
+use super::error::ApplyError;
+use crate::api::labels::{self, FIELD_MANAGER};
+use crate::render::owned::{ClairObjects, Owned, ServiceObjects, Write};
+use crate::render::routing::{http_route_resource, route_resource};
+use crate::render::service::service_monitor_resource;
 
 /// The annotation holding the hash of what the operator last applied. A change of the
 /// desired object (including a field it stops setting) changes the hash and forces an apply.
 pub const APPLIED: &str = "clair.projectquay.io/applied";
 
-/// What an apply did, for metrics and tests.
+/// What an apply did, for logs, metrics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Created,
     Updated,
     Unchanged,
+    Deleted,
+}
+
+/// Applies the desired objects of one resource, in its namespace.
+pub struct Applier<'a> {
+    pub client: &'a Client,
+    pub namespace: &'a str,
+    /// The owning resource's name (the `app.kubernetes.io/instance` label of what it owns).
+    pub owner: &'a str,
+    /// The owning resource's UID (what its controller owner references name).
+    pub owner_uid: &'a str,
+}
+
+impl Applier<'_> {
+    /// [`Applier::apply`] for a kind known at compile time.
+    pub async fn typed<T>(&self, owned: Owned<T>) -> Result<(), ApplyError>
+    where
+        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + Debug,
+    {
+        let api = Api::namespaced(self.client.clone(), self.namespace);
+        self.apply(api, &T::kind(&()), owned).await
+    }
+
+    /// [`Applier::apply`] for a kind served by an optional CRD.
+    pub async fn dynamic(
+        &self,
+        owned: Owned<DynamicObject>,
+        resource: &ApiResource,
+    ) -> Result<(), ApplyError> {
+        let api = Api::namespaced_with(self.client.clone(), self.namespace, resource);
+        self.apply(api, &resource.kind, owned).await
+    }
+
+    /// Writes `owned` (objects of `kind`) and, when it prunes, deletes every other object
+    /// of the kind the owner controls.
+    async fn apply<T>(&self, api: Api<T>, kind: &str, owned: Owned<T>) -> Result<(), ApplyError>
+    where
+        T: Resource + Serialize + DeserializeOwned + Clone + Debug,
+    {
+        if owned.untouched() {
+            return Ok(());
+        }
+        let kind = kind.to_string();
+        let listed = api
+            .list(&ListParams::default().labels(&labels::owned_selector(self.owner)))
+            .await
+            .map_err(|source| ApplyError::List {
+                kind: kind.clone(),
+                source,
+            })?;
+        let controlled: BTreeMap<String, T> = listed
+            .items
+            .into_iter()
+            .filter(|o| controlled_by(o, self.owner_uid))
+            .map(|o| (o.name_any(), o))
+            .collect();
+        for (name, write) in owned.objects() {
+            let current = || async {
+                match controlled.get(name) {
+                    Some(object) => Ok(Some(object.clone())),
+                    // Not (or not yet) controlled by the owner: a kept Secret without an
+                    // owner, or an object of the same name someone else made.
+                    None => api.get_opt(name).await.map_err(|source| ApplyError::Read {
+                        kind: kind.clone(),
+                        name: name.clone(),
+                        source,
+                    }),
+                }
+            };
+            let outcome = match write {
+                Write::Keep => Outcome::Unchanged,
+                Write::Apply(desired) => apply(&api, desired, current().await?.as_ref()).await?,
+                Write::CreateOnce(desired) => match current().await? {
+                    Some(_) => Outcome::Unchanged,
+                    None => apply(&api, desired, None).await?,
+                },
+            };
+            log(&kind, name, outcome);
+        }
+        if owned.prunes() {
+            for name in controlled.keys() {
+                if !owned.objects().contains_key(name) {
+                    delete(&api, &kind, name).await?;
+                    log(&kind, name, Outcome::Deleted);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything a `Clair` owns, in dependency order. Destructured without `..`: a new kind
+/// in [`ClairObjects`] does not compile until it is applied here.
+pub async fn apply_clair(applier: &Applier<'_>, objects: ClairObjects) -> Result<(), ApplyError> {
+    let ClairObjects {
+        secrets,
+        config_maps,
+        services,
+        stateful_sets,
+        jobs,
+        indexers,
+        matchers,
+        notifiers,
+        cron_jobs,
+        ingresses,
+        routes,
+        http_routes,
+    } = objects;
+    applier.typed(secrets).await?;
+    applier.typed(config_maps).await?;
+    applier.typed(services).await?;
+    applier.typed(stateful_sets).await?;
+    applier.typed(jobs).await?;
+    applier.typed(indexers).await?;
+    applier.typed(matchers).await?;
+    applier.typed(notifiers).await?;
+    applier.typed(cron_jobs).await?;
+    applier.typed(ingresses).await?;
+    applier.dynamic(routes, &route_resource()).await?;
+    applier.dynamic(http_routes, &http_route_resource()).await
+}
+
+/// Everything an `Indexer`, `Matcher` or `Notifier` owns, in dependency order (the config
+/// snapshot before the Deployment that mounts it). Destructured without `..`, as above.
+pub async fn apply_service(
+    applier: &Applier<'_>,
+    objects: ServiceObjects,
+) -> Result<(), ApplyError> {
+    let ServiceObjects {
+        secrets,
+        deployments,
+        services,
+        disruption_budgets,
+        autoscalers,
+        service_monitors,
+    } = objects;
+    applier.typed(secrets).await?;
+    applier.typed(deployments).await?;
+    applier.typed(services).await?;
+    applier.typed(disruption_budgets).await?;
+    applier.typed(autoscalers).await?;
+    applier
+        .dynamic(service_monitors, &service_monitor_resource())
+        .await
+}
+
+fn log(kind: &str, name: &str, outcome: Outcome) {
+    if outcome != Outcome::Unchanged {
+        debug!(kind, name, ?outcome, "applied");
+    }
+}
+
+fn controlled_by(object: &impl Resource, uid: &str) -> bool {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid && o.controller == Some(true))
+}
+
+async fn delete<T>(api: &Api<T>, kind: &str, name: &str) -> Result<(), ApplyError>
+where
+    T: Resource + DeserializeOwned + Clone + Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(ApplyError::Delete {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            source,
+        }),
+    }
 }
 
 /// Applies `desired` unless `current` already holds it. A hand edit of a field the operator
 /// owns makes `current` differ, so it is reverted; fields others own are left alone.
-pub async fn apply<T>(api: &Api<T>, desired: &T, current: Option<&T>) -> Result<Outcome, Error>
+pub async fn apply<T>(api: &Api<T>, desired: &T, current: Option<&T>) -> Result<Outcome, ApplyError>
 where
     T: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
-    let mut value = serde_json::to_value(desired).map_err(Error::Serialize)?;
+    let name = desired.name_any();
+    let serialize = |source| ApplyError::Serialize {
+        kind: kind_of(desired),
+        name: name.clone(),
+        source,
+    };
+    let mut value = serde_json::to_value(desired).map_err(serialize)?;
     let digest = Sha256::digest(value.to_string().as_bytes());
     let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     value["metadata"]["annotations"][APPLIED] = Value::String(hash.clone());
     if let Some(current) = current {
-        let current_value = serde_json::to_value(current).map_err(Error::Serialize)?;
+        let current_value = serde_json::to_value(current).map_err(serialize)?;
         let recorded = current.annotations().get(APPLIED);
         if recorded == Some(&hash) && contains(&current_value, &value) {
             return Ok(Outcome::Unchanged);
         }
     }
-    let name = desired.name_any();
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&value),
     )
-    .await?;
+    .await
+    .map_err(|source| ApplyError::Write {
+        kind: kind_of(desired),
+        name: name.clone(),
+        source,
+    })?;
     Ok(if current.is_some() {
         Outcome::Updated
     } else {
@@ -56,13 +254,18 @@ where
     })
 }
 
-/// Reads the live object named like `desired`, then [`apply`]s.
-pub async fn apply_fresh<T>(api: &Api<T>, desired: &T) -> Result<Outcome, Error>
-where
-    T: Resource + Serialize + DeserializeOwned + Clone + Debug,
-{
-    let current = api.get_opt(&desired.name_any()).await?;
-    apply(api, desired, current.as_ref()).await
+/// The kind of an object as serialized (dynamic objects carry theirs in `types`).
+fn kind_of<T: Resource + Serialize>(object: &T) -> String {
+    serde_json::to_value(object)
+        .ok()
+        .and_then(|v| v["kind"].as_str().map(str::to_string))
+        .unwrap_or_else(|| {
+            std::any::type_name::<T>()
+                .rsplit("::")
+                .next()
+                .unwrap_or("object")
+                .to_string()
+        })
 }
 
 /// Whether `actual` holds every field of `desired` with the same value (lists element by
@@ -78,35 +281,6 @@ pub fn contains(actual: &Value, desired: &Value) -> bool {
         }
         (a, d) => a == d,
     }
-}
-
-/// Deletes the objects of `api` that carry `selector`, are controlled by `owner_uid`, and
-/// whose names `keep` rejects. Returns the names deleted.
-pub async fn delete_unwanted<T>(
-    api: &Api<T>,
-    selector: &str,
-    owner_uid: &str,
-    keep: impl Fn(&T) -> bool,
-) -> Result<Vec<String>, Error>
-where
-    T: Resource + DeserializeOwned + Clone + Debug,
-{
-    let mut deleted = Vec::new();
-    for object in api.list(&ListParams::default().labels(selector)).await? {
-        let owned = object
-            .owner_references()
-            .iter()
-            .any(|o| o.uid == owner_uid && o.controller == Some(true));
-        if owned && !keep(&object) {
-            let name = object.name_any();
-            match api.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => deleted.push(name),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    Ok(deleted)
 }
 
 #[cfg(test)]

@@ -1,47 +1,33 @@
-//! The controllers: observe (reads) → decide (the machine, pure) → render (pure builders) →
-//! apply (server-side apply, skipped when unchanged; unwanted owned objects deleted) →
-//! status (one write, only when it changed) and an Event on each transition.
+//! The controllers. Every reconcile is the same pipeline:
+//!
+//! observe (reads only) → decide (the machine, pure) → desired (every object the resource
+//! should own, pure) → apply (the one applier: server-side apply, skipped when unchanged;
+//! unwanted owned objects deleted) → status (one write, only when it changed) and an Event
+//! on each transition.
+//!
+//! A resource being deleted, or in a namespace being deleted, gets nothing applied.
 
 pub mod apply;
 pub mod capabilities;
 pub mod clair;
-pub mod credentials;
-pub mod database;
-pub mod observe;
+pub mod error;
 pub mod service;
 pub mod templates;
-pub mod upgrade;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::Client;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use tracing::{debug, error, info, warn};
 
 pub use crate::api::labels::FIELD_MANAGER;
+pub use error::Error;
+use error::{ApplyError, RetryPolicy, StatusError};
 
-/// Errors of one reconcile; each has a reason for logs and metrics.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("cannot serialize an object: {0}")]
-    Serialize(serde_json::Error),
-    #[error("the resource has no {0}")]
-    MissingField(&'static str),
-    #[error("the operating system gave no random bytes: {0}")]
-    Random(String),
-}
-
-impl Error {
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "ApiError",
-            Error::Serialize(_) => "SerializeError",
-            Error::MissingField(_) => "MissingField",
-            Error::Random(_) => "RandomUnavailable",
-        }
-    }
-}
+use crate::machine::Decision;
 
 /// The objects of `store` in `namespace` that `matches` selects, as requests to reconcile:
 /// how a change to a ConfigMap or Secret reaches the resources that use it.
@@ -72,27 +58,100 @@ fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     )
 }
 
-/// Writes `status` into `name`'s status subresource (server-side apply, our field manager).
-async fn write_status<K>(
-    api: &kube::Api<K>,
-    name: &str,
-    status: &impl serde::Serialize,
-) -> Result<(), Error>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
-        &kube::api::Patch::Apply(&patch),
+/// `Kind namespace/name`, for logs, error messages and the retry policy.
+fn describe<K: Resource<DynamicType = ()>>(object: &K) -> String {
+    format!(
+        "{} {}/{}",
+        K::kind(&()),
+        object.namespace().unwrap_or_default(),
+        object.name_any()
     )
-    .await?;
-    Ok(())
+}
+
+/// Whether the resource is being deleted: nothing is applied for it any more (its owned
+/// objects go with it through their owner references).
+fn being_deleted(object: &impl Resource) -> bool {
+    object.meta().deletion_timestamp.is_some()
+}
+
+/// The retry after a failed reconcile, for every controller: the error logged with what
+/// failed, the delay from the object's backoff (see [`error::RetryPolicy`]).
+fn error_policy<K: Resource<DynamicType = ()>>(
+    object: Arc<K>,
+    failure: &Error,
+    context: Arc<Context>,
+) -> Action {
+    let object = describe(object.as_ref());
+    let delay = context.retries.failed(&object, failure);
+    if failure.is_transient() {
+        warn!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed; retrying");
+    } else {
+        error!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed and will fail again until the object or the operator's permissions change");
+    }
+    Action::requeue(delay)
+}
+
+/// What the apply step came to: `false` when the namespace is being deleted and nothing
+/// more should be written there.
+fn applied(result: Result<(), ApplyError>, object: &str) -> Result<bool, Error> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.namespace_terminating() => {
+            debug!(
+                object,
+                "the namespace is being deleted; nothing more is applied"
+            );
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The end of every reconcile: the status written (server-side apply of the status
+/// subresource) only when it changed, the Event of a transition, and when to look again.
+async fn conclude<K, S>(
+    context: &Context,
+    object: &K,
+    previous: Option<&S>,
+    status: S,
+    decision: &Decision,
+    requeue: Duration,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    let described = describe(object);
+    if previous != Some(&status) {
+        let api: kube::Api<K> = kube::Api::namespaced(
+            context.client.clone(),
+            &object.namespace().unwrap_or_default(),
+        );
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &object.name_any(),
+            &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+            &kube::api::Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| StatusError {
+            object: described.clone(),
+            source,
+        })?;
+    }
+    if let Some(event) = &decision.event {
+        info!(object = %described, note = %event.note, "phase transition");
+        publish_transition(context, event, decision.transition, &object.object_ref(&())).await;
+    }
+    context.retries.succeeded(&described);
+    Ok(Action::requeue(requeue))
 }
 
 /// Records the Event of a phase transition on `object`.
@@ -126,7 +185,7 @@ async fn publish_transition(
         )
         .await;
     if let Err(e) = published {
-        tracing::warn!(object = ?object.name, error = %e, "cannot record the transition Event");
+        warn!(object = ?object.name, error = %e, "cannot record the transition Event");
     }
 }
 
@@ -145,6 +204,7 @@ pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
     pub capabilities: capabilities::Capabilities,
+    pub retries: RetryPolicy,
 }
 
 impl Context {
@@ -156,6 +216,7 @@ impl Context {
         Arc::new(Self {
             recorder: Recorder::new(client.clone(), reporter),
             capabilities: capabilities::Capabilities::new(client.clone()),
+            retries: RetryPolicy::default(),
             client,
         })
     }

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{debug, warn};
 
+use super::error::ApplyError;
 use super::{Context, Error};
 use crate::api::keys::{TEMPLATE_CONFIG, TEMPLATE_INPUT};
 use crate::sources::value_of;
@@ -45,10 +46,8 @@ pub trait Holder:
 impl Holder for ConfigMap {}
 impl Holder for Secret {}
 
-fn as_dynamic<K: Holder>(object: &K) -> Result<DynamicObject, Error> {
-    serde_json::to_value(object)
-        .and_then(serde_json::from_value)
-        .map_err(Error::Serialize)
+fn as_dynamic<K: Holder>(object: &K) -> Result<DynamicObject, serde_json::Error> {
+    serde_json::to_value(object).and_then(serde_json::from_value)
 }
 
 /// The references of a templated object, if its template parses.
@@ -121,7 +120,11 @@ async fn reconcile<K: Holder>(object: Arc<K>, context: Arc<Context>) -> Result<A
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let kind = K::kind(&()).to_string();
-    let dynamic = as_dynamic(object.as_ref())?;
+    let dynamic = as_dynamic(object.as_ref()).map_err(|source| ApplyError::Serialize {
+        kind: kind.clone(),
+        name: object.name_any(),
+        source,
+    })?;
     let (key, rendered) =
         match render_object(&context.client, &dynamic, &kind, &namespace, None).await {
             Ok(done) => done,
@@ -145,7 +148,12 @@ async fn reconcile<K: Holder>(object: Arc<K>, context: Arc<Context>) -> Result<A
             &PatchParams::default(),
             &Patch::Merge(json!({"data": {key: value}})),
         )
-        .await?;
+        .await
+        .map_err(|source| ApplyError::Write {
+            kind,
+            name: object.name_any(),
+            source,
+        })?;
     debug!(name = %object.name_any(), "re-rendered a template");
     Ok(Action::await_change())
 }

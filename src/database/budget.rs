@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::api::ServiceKind;
+
 /// Connections PostgreSQL keeps back for superusers (`superuser_reserved_connections`'s
 /// default); ordinary roles cannot use them.
 pub const RESERVED: u32 = 3;
@@ -18,7 +20,7 @@ pub fn default_pool(cpu_limit_cores: Option<u32>) -> u32 {
 /// One service's most connections.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Demand {
-    pub service: &'static str,
+    pub service: ServiceKind,
     /// The engine it connects to (`host:port`, or the managed engine's name).
     pub engine: String,
     /// Connections per pod.
@@ -105,7 +107,7 @@ pub fn check(demands: &[Demand], limits: &BTreeMap<String, Option<u32>>) -> Budg
 mod tests {
     use super::*;
 
-    fn demand(service: &'static str, engine: &str, pool: u32, max: u32) -> Demand {
+    fn demand(service: ServiceKind, engine: &str, pool: u32, max: u32) -> Demand {
         Demand {
             service,
             engine: engine.into(),
@@ -118,9 +120,9 @@ mod tests {
     #[test]
     fn shared_engine_sums_the_services() {
         let demands = [
-            demand("indexer", "db", 10, 10),
-            demand("matcher", "db", 10, 5),
-            demand("notifier", "db", 4, 1),
+            demand(ServiceKind::Indexer, "db", 10, 10),
+            demand(ServiceKind::Matcher, "db", 10, 5),
+            demand(ServiceKind::Notifier, "db", 4, 1),
         ];
         let limits = BTreeMap::from([("db".to_string(), Some(200))]);
         assert!(matches!(check(&demands, &limits), Budget::Fits { .. }));
@@ -136,7 +138,10 @@ mod tests {
 
     #[test]
     fn engines_are_checked_apart() {
-        let demands = [demand("indexer", "a", 50, 3), demand("matcher", "b", 50, 3)];
+        let demands = [
+            demand(ServiceKind::Indexer, "a", 50, 3),
+            demand(ServiceKind::Matcher, "b", 50, 3),
+        ];
         let limits = BTreeMap::from([("a".to_string(), Some(200)), ("b".to_string(), Some(100))]);
         match check(&demands, &limits) {
             Budget::Exceeds { message } => {

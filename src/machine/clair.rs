@@ -10,9 +10,11 @@ use super::observation::{
     strip_link,
 };
 use super::table::{ObservationClass, next};
+use super::upgrade::Upgrade;
 use super::{ApplyPlan, Decision, conclude};
 use crate::api::Phase::{self, *};
 use crate::api::ServiceKind;
+use crate::api::clair::UpgradeStep;
 use crate::database::budget::Budget;
 
 /// The condition on a `Clair` that reports one of its services.
@@ -190,6 +192,107 @@ pub fn decide(
         _ => ApplyPlan::after(held_back, to),
     };
     conclude(from, to, apply, &wanted, previous, snapshot.generation, now)
+}
+
+/// What happens to one service resource of a `Clair`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChildAction {
+    /// Applied as the spec says.
+    Apply,
+    /// Left as it runs.
+    Leave,
+    /// Deleted: switched off in the spec.
+    Remove,
+}
+
+/// What to do about the upgrade steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpgradeAction {
+    /// Nothing: no step to start, no Job to clean up.
+    None,
+    /// Create the Job of `step` for `version`.
+    Start { step: UpgradeStep, version: String },
+    /// The move is complete: delete its Jobs.
+    CleanUp,
+}
+
+/// Which version `status.version` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportedVersion {
+    /// The one the services ran so far.
+    Running,
+    /// The one of the spec's image.
+    Desired,
+}
+
+/// Everything a `Clair` decision lets the controller do, beyond the phase and conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClairActions {
+    /// Roll the generated config, the indexer, the matcher and the updaters to the spec;
+    /// otherwise they are left as they run.
+    pub roll: bool,
+    pub indexer: ChildAction,
+    pub matcher: ChildAction,
+    pub notifier: ChildAction,
+    /// Apply the routing objects (and delete those of other kinds).
+    pub routing: bool,
+    pub upgrade: UpgradeAction,
+    pub version: ReportedVersion,
+}
+
+impl ClairActions {
+    pub fn child(&self, kind: ServiceKind) -> ChildAction {
+        match kind {
+            ServiceKind::Indexer => self.indexer,
+            ServiceKind::Matcher => self.matcher,
+            ServiceKind::Notifier => self.notifier,
+        }
+    }
+}
+
+/// What `decision` (taken on `snapshot`) lets the controller do, with `upgrade` as assessed.
+pub fn actions(decision: &Decision, snapshot: &ClairSnapshot, upgrade: &Upgrade) -> ClairActions {
+    let roll = decision.apply == ApplyPlan::Everything;
+    let service = if roll {
+        ChildAction::Apply
+    } else {
+        ChildAction::Leave
+    };
+    // Switching the notifier off is honoured whatever else is wrong, once anything may be
+    // written at all.
+    let notifier_disabled = snapshot.children[2] == ChildObservation::Disabled;
+    let notifier = match (decision.apply, notifier_disabled) {
+        (ApplyPlan::Nothing, _) => ChildAction::Leave,
+        (_, true) => ChildAction::Remove,
+        _ => service,
+    };
+    let upgrade_action = match (&upgrade.start, &snapshot.upgrade) {
+        _ if upgrade.completed => UpgradeAction::CleanUp,
+        (
+            Some(step),
+            UpgradeObservation::Preparing { to, .. } | UpgradeObservation::Finishing { to, .. },
+        ) if decision.phase == Upgrading => UpgradeAction::Start {
+            step: *step,
+            version: to.clone(),
+        },
+        _ => UpgradeAction::None,
+    };
+    // The services run the new version once the post step is done, or whenever they are
+    // rolled with no upgrade under way.
+    let version = if upgrade.completed || (snapshot.upgrade == UpgradeObservation::None && roll) {
+        ReportedVersion::Desired
+    } else {
+        ReportedVersion::Running
+    };
+    ClairActions {
+        roll,
+        indexer: service,
+        matcher: service,
+        notifier,
+        routing: decision.apply != ApplyPlan::Nothing,
+        upgrade: upgrade_action,
+        version,
+    }
 }
 
 fn child_condition(role: ServiceKind, child: &ChildObservation) -> ConditionSpec {

@@ -10,6 +10,7 @@ pub mod diagram;
 pub mod observation;
 pub mod service;
 pub mod table;
+pub mod upgrade;
 
 #[cfg(test)]
 mod tests;

@@ -726,3 +726,102 @@ fn reasons_are_listed_once_each() {
     let unique: HashSet<Reason> = Reason::VARIANTS.iter().copied().collect();
     assert_eq!(unique.len(), Reason::VARIANTS.len());
 }
+
+fn clair_actions(
+    from: Phase,
+    class: ClairClass,
+    upgrade: &super::upgrade::Upgrade,
+) -> clair::ClairActions {
+    let snapshot = ClairSnapshot {
+        upgrade: upgrade.observation.clone(),
+        ..clair_example(class)
+    };
+    let decision = clair::decide(Some(from), &[], &snapshot, &at(0));
+    clair::actions(&decision, &snapshot, upgrade)
+}
+
+fn no_upgrade() -> super::upgrade::Upgrade {
+    super::upgrade::Upgrade {
+        observation: UpgradeObservation::None,
+        start: None,
+        completed: false,
+    }
+}
+
+#[test]
+fn a_notifier_switched_off_is_removed_unless_nothing_may_be_written() {
+    use clair::ChildAction;
+    // clair_example's children have the notifier disabled.
+    let healthy = clair_actions(Phase::Available, ClairClass::AllAvailable, &no_upgrade());
+    assert_eq!(healthy.notifier, ChildAction::Remove);
+    assert_eq!(healthy.indexer, ChildAction::Apply);
+    // A running Clair whose config broke: its services are left, the switch-off honoured.
+    let degraded = clair_actions(Phase::Available, ClairClass::ConfigInvalid, &no_upgrade());
+    assert_eq!(degraded.indexer, ChildAction::Leave);
+    assert_eq!(degraded.notifier, ChildAction::Remove);
+    // Nothing ever ran: nothing is written, not even a deletion.
+    let pending = clair_actions(Phase::Pending, ClairClass::ConfigInvalid, &no_upgrade());
+    assert_eq!(pending.notifier, ChildAction::Leave);
+    assert!(!pending.routing && !pending.roll);
+}
+
+#[test]
+fn the_reported_version_moves_when_the_services_roll_or_an_upgrade_completes() {
+    use clair::ReportedVersion;
+    let rolled = clair_actions(Phase::Available, ClairClass::AllAvailable, &no_upgrade());
+    assert_eq!(rolled.version, ReportedVersion::Desired);
+    let held = clair_actions(Phase::Available, ClairClass::ConfigInvalid, &no_upgrade());
+    assert_eq!(held.version, ReportedVersion::Running);
+    let rolling = super::upgrade::Upgrade {
+        observation: UpgradeObservation::Rolling {
+            from: "v4.8.0".into(),
+            to: "v4.9.0".into(),
+        },
+        start: None,
+        completed: false,
+    };
+    let during = clair_actions(Phase::Upgrading, ClairClass::UpgradeRolling, &rolling);
+    assert_eq!(during.version, ReportedVersion::Running);
+    let completed = super::upgrade::Upgrade {
+        completed: true,
+        ..no_upgrade()
+    };
+    let done = clair_actions(Phase::Upgrading, ClairClass::AllAvailable, &completed);
+    assert_eq!(done.version, ReportedVersion::Desired);
+    assert_eq!(done.upgrade, clair::UpgradeAction::CleanUp);
+}
+
+#[test]
+fn an_upgrade_step_starts_only_in_the_upgrading_phase() {
+    use crate::api::clair::UpgradeStep;
+    let preparing = super::upgrade::Upgrade {
+        observation: UpgradeObservation::Preparing {
+            from: "v4.8.0".into(),
+            to: "v4.9.0".into(),
+            job: "clair-upgrade-pre-v4-9-0".into(),
+        },
+        start: Some(UpgradeStep::Pre),
+        completed: false,
+    };
+    let started = clair_actions(Phase::Available, ClairClass::UpgradePreparing, &preparing);
+    assert_eq!(
+        started.upgrade,
+        clair::UpgradeAction::Start {
+            step: UpgradeStep::Pre,
+            version: "v4.9.0".into()
+        }
+    );
+    // The pre step holds the services at the version they run.
+    assert_eq!(started.indexer, clair::ChildAction::Leave);
+    // A config problem outranks the upgrade: the phase is Degraded, no step starts.
+    let snapshot = ClairSnapshot {
+        upgrade: preparing.observation.clone(),
+        ..clair_example(ClairClass::ConfigInvalid)
+    };
+    let decision = clair::decide(Some(Phase::Available), &[], &snapshot, &at(0));
+    assert_eq!(decision.phase, Phase::Degraded);
+    assert_eq!(
+        clair::actions(&decision, &snapshot, &preparing).upgrade,
+        clair::UpgradeAction::None
+    );
+}

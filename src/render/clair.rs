@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
 use crate::api::ServiceKind;
-use crate::api::clair::{ServiceOverrides, UpdaterMode};
+use crate::api::clair::{ServiceOverrides, UpdaterMode, UpgradeStep};
 use crate::api::keys;
 use crate::api::labels;
 use crate::api::service::ClairService;
@@ -478,14 +478,6 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
         }),
         ..Default::default()
     })
-}
-
-/// An upgrade step, `pre` or `post`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display)]
-#[strum(serialize_all = "lowercase")]
-pub enum UpgradeStep {
-    Pre,
-    Post,
 }
 
 /// `NAME-upgrade-pre-v4-9-0`: one Job per step and target version.

@@ -3,6 +3,7 @@
 
 pub mod clair;
 pub mod database;
+pub mod owned;
 pub mod pod;
 pub mod routing;
 pub mod service;

@@ -1,24 +1,21 @@
-//! The database side of a `Clair` reconcile: for a managed database, its generated
-//! passwords and engines (applied whatever the phase: the services wait on them); for an
-//! external one, the connection strings read from the user's Secrets and checked with a real
-//! connection. Either way: the `DatabaseReady` observation, each service's connection
-//! string, and what the connection budget is measured against.
+//! The database side of a `Clair`, observed: for a managed database, whether its engines
+//! have a ready pod (the engines themselves are desired objects, applied whatever the phase:
+//! the services wait on them); for an external one, the connection strings read from the
+//! user's Secrets and checked with a real connection. Either way: the `DatabaseReady`
+//! observation, each service's connection string, and what the connection budget is
+//! measured against. Reads only.
 
 use std::collections::BTreeMap;
 use strum::VariantArray;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use kube::ResourceExt;
 use kube::api::Api;
 
-use super::apply::{apply, apply_fresh, delete_unwanted};
-use super::credentials::{generated_secret, random_hex};
-use super::{Context, Error};
 use crate::api::ConfigSource;
 use crate::api::ServiceKind;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
-use crate::api::labels;
+use crate::controller::Context;
+use crate::controller::error::ObserveError;
 use crate::database::budget::{self, Demand};
 use crate::database::connstring::{self, ConnSettings};
 use crate::database::probe::{self, FailureKind, ProbeOptions};
@@ -32,41 +29,30 @@ pub struct DatabaseState {
     pub observation: DatabaseObservation,
     pub connections: ConnStrings,
     /// The engine each service connects to, by role (for the connection budget).
-    pub engine_of: BTreeMap<&'static str, String>,
+    pub engine_of: BTreeMap<ServiceKind, String>,
     /// Each engine's `max_connections`, when known.
     pub limits: BTreeMap<String, Option<u32>>,
 }
 
-/// A managed database: passwords, bootstrap script, Services and StatefulSets applied;
-/// ready when every engine has a ready pod.
+/// A managed database: ready when every engine has a ready pod. `passwords`: each role's,
+/// as the passwords Secret holds them (or as they are about to be generated).
 pub async fn managed(
     context: &Context,
     input: &ClairInput<'_>,
     managed: &ManagedDatabase,
-) -> Result<DatabaseState, Error> {
-    let client = &context.client;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), input.namespace);
-    let passwords = generated_secret(
-        &secrets,
-        &db::passwords_secret_name(input),
-        &db::password_keys(),
-        || random_hex(24),
-        |values| db::passwords_secret(input, managed, values),
-    )
-    .await?;
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), input.namespace);
-    apply_fresh(&config_maps, &db::bootstrap(input)).await?;
-
+    passwords: &BTreeMap<String, String>,
+) -> Result<DatabaseState, ObserveError> {
     let engines = db::engines(input, managed);
-    let services: Api<Service> = Api::namespaced(client.clone(), input.namespace);
-    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), input.namespace);
+    let sets: Api<StatefulSet> = Api::namespaced(context.client.clone(), input.namespace);
     let mut not_ready = Vec::new();
     for engine in &engines {
-        apply_fresh(&services, &db::service(input, engine)).await?;
-        let desired = db::statefulset(input, managed, engine);
-        let current = sets.get_opt(&engine.name).await?;
-        apply(&sets, &desired, current.as_ref()).await?;
-        let ready = current
+        let ready = sets
+            .get_opt(&engine.name)
+            .await
+            .map_err(ObserveError::reading(format!(
+                "StatefulSet {}",
+                engine.name
+            )))?
             .and_then(|s| s.status)
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0);
@@ -74,19 +60,6 @@ pub async fn managed(
             not_ready.push(engine.name.clone());
         }
     }
-    // Engines no longer wanted (perService switched): their StatefulSets and Services go;
-    // their data claims stay, as the retention policy says.
-    let wanted: Vec<&str> = engines.iter().map(|e| e.name.as_str()).collect();
-    let selector = labels::to_selector_string(&labels::all(input.name, db::COMPONENT));
-    let owner = input.owner.uid.as_str();
-    delete_unwanted(&sets, &selector, owner, |s| {
-        wanted.contains(&s.name_any().as_str())
-    })
-    .await?;
-    delete_unwanted(&services, &selector, owner, |s| {
-        wanted.contains(&s.name_any().as_str())
-    })
-    .await?;
     let observation = if not_ready.is_empty() {
         DatabaseObservation::Reachable
     } else {
@@ -104,12 +77,10 @@ pub async fn managed(
         .max(0) as u32;
     Ok(DatabaseState {
         observation,
-        connections: db::conn_strings(input, &engines, &passwords),
+        connections: db::conn_strings(input, &engines, passwords),
         engine_of: ServiceKind::VARIANTS
             .iter()
-            .filter_map(|role| {
-                db::engine_of(&engines, *role).map(|e| (role.as_str(), e.name.clone()))
-            })
+            .filter_map(|role| db::engine_of(&engines, *role).map(|e| (*role, e.name.clone())))
             .collect(),
         limits: engines
             .iter()
@@ -134,14 +105,14 @@ pub async fn external(
     input: &ClairInput<'_>,
     external: &ExternalDatabase,
     options: ProbeOptions,
-) -> Result<DatabaseState, Error> {
+) -> Result<DatabaseState, ObserveError> {
     let references = [
         (ServiceKind::Indexer, Some(&external.indexer)),
         (ServiceKind::Matcher, Some(&external.matcher)),
         (ServiceKind::Notifier, external.notifier.as_ref()),
     ];
-    let mut strings: BTreeMap<&'static str, String> = BTreeMap::new();
-    let mut parsed: BTreeMap<&'static str, ConnSettings> = BTreeMap::new();
+    let mut strings: BTreeMap<ServiceKind, String> = BTreeMap::new();
+    let mut parsed: BTreeMap<ServiceKind, ConnSettings> = BTreeMap::new();
     let mut failures: Vec<(Reason, String)> = Vec::new();
     for (role, reference) in references {
         if !input.enabled(role) {
@@ -150,11 +121,7 @@ pub async fn external(
         let Some(reference) = reference else {
             failures.push((
                 Reason::DatabaseMisconfigured,
-                format!(
-                    "{}: spec.database.external.{} is not set",
-                    role.as_str(),
-                    role.as_str()
-                ),
+                format!("{role}: spec.database.external.{role} is not set"),
             ));
             continue;
         };
@@ -162,27 +129,23 @@ pub async fn external(
             config_map: None,
             secret: Some(reference.clone()),
         };
-        let text =
-            match crate::sources::read_source(&context.client, input.namespace, &source).await? {
-                Ok(document) => document.text.trim().to_string(),
-                Err(what) => {
-                    failures.push((
-                        Reason::DatabaseMisconfigured,
-                        format!("{}: {what}", role.as_str()),
-                    ));
-                    continue;
-                }
-            };
+        let read = crate::sources::read_source(&context.client, input.namespace, &source)
+            .await
+            .map_err(ObserveError::reading(source.describe()))?;
+        let text = match read {
+            Ok(document) => document.text.trim().to_string(),
+            Err(what) => {
+                failures.push((Reason::DatabaseMisconfigured, format!("{role}: {what}")));
+                continue;
+            }
+        };
         match connstring::parse(&text) {
             Ok(settings) => {
-                parsed.insert(role.as_str(), settings);
+                parsed.insert(role, settings);
             }
-            Err(e) => failures.push((
-                Reason::DatabaseMisconfigured,
-                format!("{}: {e}", role.as_str()),
-            )),
+            Err(e) => failures.push((Reason::DatabaseMisconfigured, format!("{role}: {e}"))),
         }
-        strings.insert(role.as_str(), text);
+        strings.insert(role, text);
     }
     let checks = parsed.iter().map(|(role, settings)| async move {
         (
@@ -230,7 +193,7 @@ pub async fn external(
                 .join("; "),
         },
     };
-    let string = |role: ServiceKind| strings.get(role.as_str()).cloned().unwrap_or_default();
+    let string = |role: ServiceKind| strings.get(&role).cloned().unwrap_or_default();
     Ok(DatabaseState {
         observation,
         connections: ConnStrings {
@@ -252,7 +215,7 @@ pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
         .iter()
         .filter(|role| input.enabled(**role))
         .filter_map(|role| {
-            let engine = state.engine_of.get(role.as_str())?.clone();
+            let engine = state.engine_of.get(role)?.clone();
             let text = match role {
                 ServiceKind::Indexer => &state.connections.indexer,
                 ServiceKind::Matcher => &state.connections.matcher,
@@ -276,7 +239,7 @@ pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
                 .unwrap_or(1)
                 .max(0) as u32;
             Some(Demand {
-                service: role.as_str(),
+                service: *role,
                 engine,
                 pool: pool.unwrap_or_else(|| budget::default_pool(cpu_limit)),
                 pool_assumed: pool.is_none(),

@@ -1,13 +1,15 @@
-//! Credentials the operator generates: once, into a Secret, never logged. Later reconciles
-//! read what is there, so a value rotated by hand is kept.
+//! Credentials the operator generates: once, into a Secret, never logged. Each reconcile
+//! reads what is there and generates only what is missing, so a value rotated by hand is
+//! kept; the Secret itself is an ordinary desired object, written when a value was added.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
 use kube::api::Api;
 
-use super::Error;
-use super::apply::apply;
+use crate::controller::Error;
+use crate::controller::error::ObserveError;
 
 fn random_bytes(count: usize) -> Result<Vec<u8>, Error> {
     let mut buffer = vec![0u8; count];
@@ -30,32 +32,31 @@ pub fn random_base64(count: usize) -> Result<String, Error> {
     Ok(base64::engine::general_purpose::STANDARD.encode(random_bytes(count)?))
 }
 
-/// Reads `name`'s string data, adding a `generate`d value for each of `keys` it lacks
-/// (creating the Secret when it does not exist).
-pub async fn generated_secret(
-    api: &Api<Secret>,
+/// The string data of Secret `name`, with a `generate`d value for each of `keys` it lacks
+/// (all of them when the Secret does not exist). Reads only.
+pub async fn read_or_generate(
+    client: &Client,
+    namespace: &str,
     name: &str,
     keys: &[String],
     generate: impl Fn() -> Result<String, Error>,
-    build: impl FnOnce(&BTreeMap<String, String>) -> Secret,
 ) -> Result<BTreeMap<String, String>, Error> {
-    let current = api.get_opt(name).await?;
+    let current = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(ObserveError::reading(format!("Secret {name}")))?;
     let mut values: BTreeMap<String, String> = current
-        .as_ref()
-        .and_then(|secret| secret.data.as_ref())
+        .and_then(|secret| secret.data)
         .map(|data| {
-            data.iter()
-                .filter_map(|(k, v)| String::from_utf8(v.0.clone()).ok().map(|v| (k.clone(), v)))
+            data.into_iter()
+                .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
                 .collect()
         })
         .unwrap_or_default();
-    let missing: Vec<&String> = keys.iter().filter(|k| !values.contains_key(*k)).collect();
-    if !missing.is_empty() {
-        for key in missing {
+    for key in keys {
+        if !values.contains_key(key) {
             values.insert(key.clone(), generate()?);
         }
-        // Only missing keys are added; values already there are written back unchanged.
-        apply(api, &build(&values), current.as_ref()).await?;
     }
     Ok(values)
 }

@@ -1,16 +1,124 @@
-//! Reads only: the config a resource references and the state of its workload, turned into
-//! the observations the machines take.
+//! Reads only: the config a service resource references and the state of its Deployment,
+//! turned into the observations the machine takes.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
+use kube::api::Api;
 
-use super::Error;
-use crate::api::ConfigSpec;
-use crate::api::ServiceKind;
+use crate::api::{ConfigSource, ConfigSpec, ServiceKind, ServiceSpec, ServiceStatus};
 use crate::clairconfig::{self, Document};
-use crate::machine::observation::ConfigObservation;
-use crate::machine::service::{Replicas, Rollout, Workload};
+use crate::controller::capabilities::OptionalApi;
+use crate::controller::error::ObserveError;
+use crate::controller::{Context, apply};
+use crate::machine::observation::{ConfigObservation, DatabaseObservation};
+use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
 use crate::render::service::{ConfigSnapshot, min_available};
+
+/// Everything one reconcile read about a service resource.
+pub struct Observed {
+    pub config: ConfigObservation,
+    /// The validated, merged config, when it is valid.
+    pub snapshot: Option<ConfigSnapshot>,
+    /// The Deployment, when it exists.
+    pub deployment: Option<Deployment>,
+    /// Whether the cluster serves ServiceMonitors.
+    pub service_monitors: bool,
+}
+
+/// Reads the config and the Deployment. `None` while the deployment controller has not
+/// caught up with the last change (ours, most likely): its status describes the previous
+/// spec, so it is judged once it has.
+pub async fn observe(
+    context: &Context,
+    kind: ServiceKind,
+    namespace: &str,
+    name: &str,
+    spec: &ServiceSpec,
+) -> Result<Option<Observed>, ObserveError> {
+    let (config, snapshot) = config(&context.client, namespace, &spec.config, kind).await?;
+    let deployment = Api::<Deployment>::namespaced(context.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(ObserveError::reading(format!("Deployment {name}")))?;
+    if deployment.as_ref().is_some_and(status_is_stale) {
+        return Ok(None);
+    }
+    Ok(Some(Observed {
+        config,
+        snapshot,
+        deployment,
+        service_monitors: context
+            .capabilities
+            .serves(OptionalApi::ServiceMonitor)
+            .await,
+    }))
+}
+
+impl Observed {
+    /// The running Deployment's replica count.
+    pub fn current_replicas(&self) -> Option<i32> {
+        self.deployment.as_ref()?.spec.as_ref()?.replicas
+    }
+
+    /// What the machine takes. `desired`: the Deployment this reconcile would apply; a pod
+    /// template that differs from the running one starts a rollout with this reconcile.
+    pub fn snapshot(
+        &self,
+        kind: ServiceKind,
+        generation: i64,
+        spec: &ServiceSpec,
+        status: Option<&ServiceStatus>,
+        desired: Option<&Deployment>,
+    ) -> ServiceSnapshot {
+        let template_pending = match (desired, &self.deployment) {
+            (Some(desired), Some(current)) => !template_contains(current, desired),
+            _ => false,
+        };
+        ServiceSnapshot {
+            generation,
+            kind,
+            config: self.config.clone(),
+            database: DatabaseObservation::NotChecked {
+                message: format!(
+                    "a bare {kind} resource does not check its database; a Clair resource does"
+                ),
+            },
+            workload: workload(
+                self.deployment.as_ref(),
+                spec.replicas,
+                spec.autoscaling.is_some(),
+                status.map_or(0, |s| s.ready_replicas),
+                template_pending,
+            ),
+        }
+    }
+}
+
+/// Reads one config source; `Ok(Err(what))` names what is missing.
+async fn read(
+    client: &Client,
+    namespace: &str,
+    source: &ConfigSource,
+) -> Result<Result<Document, String>, ObserveError> {
+    crate::sources::read_source(client, namespace, source)
+        .await
+        .map_err(ObserveError::reading(source.describe()))
+}
+
+fn status_is_stale(deployment: &Deployment) -> bool {
+    let observed = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation);
+    observed < deployment.metadata.generation
+}
+
+fn template_contains(current: &Deployment, desired: &Deployment) -> bool {
+    let template = |d: &Deployment| {
+        serde_json::to_value(d.spec.as_ref().map(|s| &s.template)).unwrap_or_default()
+    };
+    apply::contains(&template(current), &template(desired))
+}
 
 /// The config of a service: missing, invalid (with the field and reason), or valid with
 /// the snapshot the pods get.
@@ -19,14 +127,14 @@ pub async fn config(
     namespace: &str,
     spec: &ConfigSpec,
     mode: ServiceKind,
-) -> Result<(ConfigObservation, Option<ConfigSnapshot>), Error> {
-    let root = match crate::sources::read_source(client, namespace, &spec.root).await? {
+) -> Result<(ConfigObservation, Option<ConfigSnapshot>), ObserveError> {
+    let root = match read(client, namespace, &spec.root).await? {
         Ok(document) => document,
         Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
     };
     let mut dropins = Vec::with_capacity(spec.dropins.len());
     for source in &spec.dropins {
-        match crate::sources::read_source(client, namespace, source).await? {
+        match read(client, namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
         }

@@ -1,0 +1,154 @@
+//! Pure: every object a `Clair` should own after its decision, and the status it reports.
+
+use kube::Resource;
+
+use super::observe::Observed;
+use crate::api::clair::RoutingKind;
+use crate::api::service::ClairService;
+use crate::api::{ClairStatus, Indexer, Matcher, Notifier};
+use crate::machine::Decision;
+use crate::machine::clair::{ChildAction, ClairActions, ReportedVersion, UpgradeAction};
+use crate::render::clair::{self as render, ClairInput};
+use crate::render::database as db;
+use crate::render::owned::{ClairObjects, Owned};
+use crate::render::routing;
+
+/// The objects `actions` allow. The credentials and the managed database are applied
+/// whatever the phase: the services wait on them.
+pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) -> ClairObjects {
+    let managed = input.spec.database.managed.as_ref();
+    let key = observed
+        .psk
+        .get(render::PSK_KEY)
+        .cloned()
+        .unwrap_or_default();
+    let mut secrets = Owned::exactly().apply(render::psk_secret(input, &key));
+    secrets = match (managed, &observed.passwords) {
+        (Some(managed), Some(passwords)) => {
+            secrets.apply(db::passwords_secret(input, managed, passwords))
+        }
+        // Switched to an external database: the passwords stay with the data they open.
+        _ => secrets.keep(db::passwords_secret_name(input)),
+    };
+    secrets = if actions.roll {
+        secrets.apply(render::config_secret(input, &observed.root))
+    } else {
+        // The running pods keep their last good config.
+        secrets.keep(input.config_secret_name())
+    };
+    // An external database leaves a formerly managed one as it is (its data claims are
+    // the user's to delete).
+    let (config_maps, services, stateful_sets) = match managed {
+        Some(managed) => {
+            let engines = db::engines(input, managed);
+            (
+                Owned::exactly().apply(db::bootstrap(input)),
+                Owned::exactly().apply_all(engines.iter().map(|e| db::service(input, e))),
+                Owned::exactly()
+                    .apply_all(engines.iter().map(|e| db::statefulset(input, managed, e))),
+            )
+        }
+        None => (Owned::at_least(), Owned::at_least(), Owned::at_least()),
+    };
+    let jobs = match &actions.upgrade {
+        UpgradeAction::Start { step, version } => {
+            Owned::at_least().create_once(render::upgrade_job(input, *step, version))
+        }
+        UpgradeAction::CleanUp => Owned::exactly(),
+        UpgradeAction::None => Owned::at_least(),
+    };
+    let cron_jobs = if actions.roll {
+        Owned::exactly().apply_some(render::updater_cronjob(input))
+    } else {
+        Owned::at_least()
+    };
+    let (ingresses, routes, http_routes) = routing_objects(input, observed, actions.routing);
+    ClairObjects {
+        secrets,
+        config_maps,
+        services,
+        stateful_sets,
+        jobs,
+        indexers: child::<Indexer>(input, actions),
+        matchers: child::<Matcher>(input, actions),
+        notifiers: child::<Notifier>(input, actions),
+        cron_jobs,
+        ingresses,
+        routes,
+        http_routes,
+    }
+}
+
+fn child<K: ClairService + Resource>(input: &ClairInput, actions: &ClairActions) -> Owned<K> {
+    match actions.child(K::KIND) {
+        ChildAction::Apply => Owned::exactly().apply(render::child::<K>(input, K::KIND)),
+        ChildAction::Leave => Owned::at_least(),
+        ChildAction::Remove => Owned::exactly(),
+    }
+}
+
+type RoutingObjects = (
+    Owned<k8s_openapi::api::networking::v1::Ingress>,
+    Owned<kube::api::DynamicObject>,
+    Owned<kube::api::DynamicObject>,
+);
+
+/// The routing object of the kind resolved, and none of the other kinds (of those the
+/// cluster serves).
+fn routing_objects(input: &ClairInput, observed: &Observed, apply: bool) -> RoutingObjects {
+    if !apply {
+        return (Owned::at_least(), Owned::at_least(), Owned::at_least());
+    }
+    let kind = observed.routing.as_ref().ok().copied();
+    let spec = input.spec.routing.clone().unwrap_or_default();
+    let ingresses = Owned::exactly()
+        .apply_some((kind == Some(RoutingKind::Ingress)).then(|| routing::ingress(input, &spec)));
+    let routes = if observed.served.routes {
+        let wanted = (kind == Some(RoutingKind::Route)).then(|| routing::routes(input, &spec));
+        Owned::exactly().apply_all(wanted.unwrap_or_default())
+    } else {
+        Owned::at_least()
+    };
+    let http_routes = if observed.served.http_routes {
+        Owned::exactly().apply_some(
+            (kind == Some(RoutingKind::HttpRoute)).then(|| routing::http_route(input, &spec)),
+        )
+    } else {
+        Owned::at_least()
+    };
+    (ingresses, routes, http_routes)
+}
+
+/// The status after `decision`.
+pub fn status(
+    input: &ClairInput,
+    observed: &Observed,
+    decision: &Decision,
+    actions: &ClairActions,
+    generation: i64,
+) -> ClairStatus {
+    let [indexer, matcher, notifier] = &observed.children;
+    let routed = observed
+        .routing
+        .as_ref()
+        .is_ok_and(|k| *k != RoutingKind::None);
+    ClairStatus {
+        phase: Some(decision.phase),
+        conditions: decision.conditions.clone(),
+        observed_generation: Some(generation),
+        config_secret: Some(input.config_secret_name()),
+        version: match actions.version {
+            ReportedVersion::Desired => observed.desired_version.clone(),
+            ReportedVersion::Running => observed.running_version.clone(),
+        },
+        indexer: indexer.status.clone(),
+        matcher: matcher.status.clone(),
+        notifier: notifier.status.clone(),
+        url: input
+            .spec
+            .routing
+            .as_ref()
+            .and_then(routing::external_url)
+            .filter(|_| routed),
+    }
+}

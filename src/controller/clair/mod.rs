@@ -1,0 +1,160 @@
+//! The `Clair` controller: observe (credentials, database, the generated config with the
+//! user's drop-ins, the three service resources, routing, upgrade) → decide (the Clair
+//! machine) → desired (every owned object, as the decision allows) → apply → status and an
+//! Event per transition.
+
+pub mod credentials;
+pub mod database;
+pub mod desired;
+pub mod observe;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use tracing::debug;
+
+use super::apply::{Applier, apply_clair};
+use super::capabilities::optional_api_changes;
+use super::error::ObserveError;
+use super::{Context, Error, now};
+use crate::api::labels;
+use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, Phase};
+use crate::machine::clair::{actions, decide};
+use crate::render::clair::ClairInput;
+
+/// The `Clair` controller, until `shutdown` resolves.
+pub async fn run(
+    context: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = context.client.clone();
+    let owned = watcher::Config::default().labels(&labels::managed_selector());
+    let controller = Controller::new(
+        Api::<Clair>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    controller
+        .owns(Api::<Indexer>::all(client.clone()), owned.clone())
+        .owns(Api::<Matcher>::all(client.clone()), owned.clone())
+        .owns(Api::<Notifier>::all(client.clone()), owned.clone())
+        .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
+        .owns(Api::<CronJob>::all(client.clone()), owned.clone())
+        .owns(Api::<Job>::all(client.clone()), owned.clone())
+        .owns(Api::<Ingress>::all(client.clone()), owned)
+        .watches(
+            Api::<ConfigMap>::all(client.clone()),
+            watcher::Config::default(),
+            referencing(store.clone(), super::names_config_map),
+        )
+        .watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default(),
+            referencing(store, super::names_secret),
+        )
+        .reconcile_all_on(optional_api_changes(client, context.clone()))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, super::error_policy::<Clair>, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(%object.name, "reconciled clair"),
+                Err(e) => debug!(error = %e, "clair reconcile failed"),
+            }
+        })
+        .await;
+}
+
+/// Maps a ConfigMap or Secret to the `Clair`s in its namespace that name it: as a drop-in,
+/// or (Secrets) as an external connection string. Owned Secrets reach their owner anyway.
+fn referencing<O: Resource>(
+    store: Store<Clair>,
+    names: impl Fn(&ConfigSource, &str) -> bool + Send + Sync + 'static,
+) -> impl Fn(O) -> Vec<ObjectRef<Clair>> + Send + Sync + 'static {
+    move |object: O| {
+        let name = object.name_any();
+        let namespace = object.namespace();
+        super::related(&store, namespace.as_deref(), |clair| {
+            let external = clair.spec.database.external.as_ref().is_some_and(|e| {
+                [Some(&e.indexer), Some(&e.matcher), e.notifier.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r.name == name)
+            });
+            external || clair.spec.dropins.iter().any(|d| names(d, &name))
+        })
+    }
+}
+
+async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
+    let namespace = cached
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = cached.name_any();
+    // The cache can lag behind this controller's own last status write; deciding from a
+    // stale `status.version` would repeat an upgrade step. Read the object fresh.
+    let clairs: Api<Clair> = Api::namespaced(context.client.clone(), &namespace);
+    let fresh = clairs.get_opt(&name).await;
+    let Some(clair) = fresh.map_err(ObserveError::reading(format!("Clair {name}")))? else {
+        return Ok(Action::await_change());
+    };
+    if super::being_deleted(&clair) {
+        return Ok(Action::await_change());
+    }
+    let uid = clair.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    let owner = clair
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingField("metadata.uid"))?;
+    let generation = clair.meta().generation.unwrap_or(0);
+    let users = context.capabilities.pod_users().await;
+    let input = ClairInput {
+        name: &name,
+        namespace: &namespace,
+        owner,
+        spec: &clair.spec,
+        users,
+    };
+
+    // Observe: reads only.
+    let observed = observe::observe(&context, &input, &clair).await?;
+    let snapshot = observed.snapshot(&input, generation);
+
+    // Decide: the machine.
+    let status = clair.status.as_ref();
+    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now());
+    let actions = actions(&decision, &snapshot, &observed.upgrade);
+
+    // Desired, then apply.
+    let objects = desired::objects(&input, &observed, &actions);
+    let applier = Applier {
+        client: &context.client,
+        namespace: &namespace,
+        owner: &name,
+        owner_uid: &uid,
+    };
+    if !super::applied(
+        apply_clair(&applier, objects).await,
+        &super::describe(&clair),
+    )? {
+        return Ok(Action::await_change());
+    }
+
+    // Status.
+    let new_status = desired::status(&input, &observed, &decision, &actions, generation);
+    let requeue = match decision.phase {
+        // The database is measured again at this pace while all is well.
+        Phase::Available => Duration::from_secs(300),
+        _ => Duration::from_secs(20),
+    };
+    super::conclude(&context, &clair, status, new_status, &decision, requeue).await
+}

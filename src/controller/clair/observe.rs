@@ -1,0 +1,365 @@
+//! Reads only: everything a `Clair` reconcile needs to decide — its credentials (read, the
+//! missing ones generated), its database, the generated config with the user's drop-ins,
+//! its three service resources, its routing and where an upgrade stands.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::Api;
+use serde_json::Value;
+use strum::VariantArray;
+
+use super::credentials::{random_base64, random_hex, read_or_generate};
+use super::database::{self, DatabaseState};
+use crate::api::clair::{ChildStatus, RoutingKind, UpgradeStep};
+use crate::api::{Clair, Indexer, Matcher, Notifier, Phase, ServiceKind};
+use crate::clairconfig::{self, Document};
+use crate::controller::capabilities::OptionalApi;
+use crate::controller::error::ObserveError;
+use crate::controller::service::ServiceResource;
+use crate::controller::service::observe::judge;
+use crate::controller::{Context, Error};
+use crate::database::budget;
+use crate::database::probe::ProbeOptions;
+use crate::machine::clair::{ChildObservation, ClairSnapshot, RoutingObservation};
+use crate::machine::observation::ConfigObservation;
+use crate::machine::upgrade::{self, JobState, StepJobs, Upgrade};
+use crate::render::clair::{self as render, ClairInput, ROOT_KEY, upgrade_job_name};
+use crate::render::database as db;
+use crate::render::routing;
+
+/// One service resource as observed.
+pub struct ObservedChild {
+    pub observation: ChildObservation,
+    pub status: Option<ChildStatus>,
+    /// Disabled, or Available (or Scaling) on the image the spec asks for.
+    pub settled_on_desired_image: bool,
+}
+
+/// Everything one reconcile read about a `Clair`.
+pub struct Observed {
+    /// The PSK Secret's values (the key generated when missing).
+    pub psk: BTreeMap<String, String>,
+    /// The managed database's passwords (generated when missing); `None` for an external
+    /// database.
+    pub passwords: Option<BTreeMap<String, String>>,
+    pub database: DatabaseState,
+    /// The generated root config.
+    pub root: Value,
+    pub config: ConfigObservation,
+    /// Indexer, matcher, notifier.
+    pub children: [ObservedChild; 3],
+    pub upgrade: Upgrade,
+    /// The routing kind to apply, or why the cluster cannot serve the one asked for.
+    pub routing: Result<RoutingKind, String>,
+    pub served: routing::Served,
+    /// The version the services ran so far (`status.version`) and the spec's.
+    pub running_version: Option<String>,
+    pub desired_version: Option<String>,
+}
+
+/// Reads everything about `input`'s `Clair` (`clair`, read fresh).
+pub async fn observe(
+    context: &Context,
+    input: &ClairInput<'_>,
+    clair: &Clair,
+) -> Result<Observed, Error> {
+    let client = &context.client;
+    let psk = read_or_generate(
+        client,
+        input.namespace,
+        &input.psk_secret_name(),
+        &[render::PSK_KEY.to_string()],
+        || random_base64(32),
+    )
+    .await?;
+    let (database, passwords) = match (&input.spec.database.managed, &input.spec.database.external)
+    {
+        (Some(managed), _) => {
+            let passwords = read_or_generate(
+                client,
+                input.namespace,
+                &db::passwords_secret_name(input),
+                &db::password_keys(),
+                || random_hex(24),
+            )
+            .await?;
+            let state = database::managed(context, input, managed, &passwords).await?;
+            (state, Some(passwords))
+        }
+        (None, Some(external)) => {
+            let state =
+                database::external(context, input, external, ProbeOptions::default()).await?;
+            (state, None)
+        }
+        (None, None) => return Err(Error::MissingField("spec.database.managed or .external")),
+    };
+    let key = psk.get(render::PSK_KEY).cloned().unwrap_or_default();
+    let root = render::root_config(input, &database.connections, &key);
+    let config = config(context, input, &root).await?;
+    let children = [
+        child::<Indexer>(context, input).await?,
+        child::<Matcher>(context, input).await?,
+        child::<Notifier>(context, input).await?,
+    ];
+    let running_version = clair.status.as_ref().and_then(|s| s.version.clone());
+    let desired_version = render::image_version(&input.image());
+    let jobs = match (&running_version, &desired_version) {
+        (Some(from), Some(to)) if from != to => Some(step_jobs(context, input, to).await?),
+        _ => None,
+    };
+    let upgrade = upgrade::assess(
+        running_version.as_deref(),
+        desired_version.as_deref(),
+        children.iter().all(|c| c.settled_on_desired_image),
+        jobs.as_ref(),
+    );
+    let served = routing::Served {
+        routes: context.capabilities.serves(OptionalApi::Route).await,
+        http_routes: context.capabilities.serves(OptionalApi::HttpRoute).await,
+    };
+    Ok(Observed {
+        psk,
+        passwords,
+        database,
+        root,
+        config,
+        children,
+        upgrade,
+        routing: routing::resolve(input.spec.routing.as_ref(), served),
+        served,
+        running_version,
+        desired_version,
+    })
+}
+
+impl Observed {
+    /// What the machine takes.
+    pub fn snapshot(&self, input: &ClairInput, generation: i64) -> ClairSnapshot {
+        let [indexer, matcher, notifier] = &self.children;
+        ClairSnapshot {
+            generation,
+            config: self.config.clone(),
+            database: self.database.observation.clone(),
+            children: [
+                indexer.observation.clone(),
+                matcher.observation.clone(),
+                notifier.observation.clone(),
+            ],
+            connections: budget::check(
+                &database::demands(input, &self.database),
+                &self.database.limits,
+            ),
+            routing: self.routing_observation(input),
+            upgrade: self.upgrade.observation.clone(),
+        }
+    }
+
+    fn routing_observation(&self, input: &ClairInput) -> RoutingObservation {
+        let name = input.name;
+        match &self.routing {
+            Err(message) => RoutingObservation::Unsupported {
+                message: message.clone(),
+            },
+            Ok(RoutingKind::None) => RoutingObservation::Disabled,
+            Ok(kind) => RoutingObservation::Applied {
+                what: match kind {
+                    RoutingKind::Route => {
+                        format!("one Route per service path ({name}-indexer, ...)")
+                    }
+                    RoutingKind::HttpRoute => format!("HTTPRoute {name}"),
+                    _ => format!("Ingress {name}"),
+                },
+                url: input
+                    .spec
+                    .routing
+                    .as_ref()
+                    .and_then(routing::external_url)
+                    .unwrap_or_else(|| "any host".to_string()),
+            },
+        }
+    }
+}
+
+/// The generated config with the user's drop-ins, validated for every enabled service.
+async fn config(
+    context: &Context,
+    input: &ClairInput<'_>,
+    root: &Value,
+) -> Result<ConfigObservation, ObserveError> {
+    let root = Document {
+        name: format!(
+            "the generated config (Secret {})",
+            input.config_secret_name()
+        ),
+        key: ROOT_KEY.to_string(),
+        text: root.to_string(),
+    };
+    let mut dropins = Vec::new();
+    for (index, source) in input.spec.dropins.iter().enumerate() {
+        // Clair applies a drop-in only when its extension matches the root's; one that
+        // would be silently ignored is refused here instead.
+        let key = source.key().map(|k| k.key.as_str()).unwrap_or_default();
+        if !(key.ends_with(".yaml") || key.ends_with(".yaml-patch")) {
+            return Ok(ConfigObservation::Invalid {
+                message: format!(
+                    "spec.dropins[{index}]: key {key} would be ignored next to the generated \
+                     {ROOT_KEY}: name it .yaml (merge patch) or .yaml-patch (JSON patch)"
+                ),
+            });
+        }
+        let read = crate::sources::read_source(&context.client, input.namespace, source)
+            .await
+            .map_err(ObserveError::reading(source.describe()))?;
+        match read {
+            Ok(document) => dropins.push(document),
+            Err(what) => {
+                return Ok(ConfigObservation::Missing {
+                    what: format!("spec.dropins[{index}]: {what}"),
+                });
+            }
+        }
+    }
+    let mut hashes = Vec::new();
+    for &kind in ServiceKind::VARIANTS {
+        if !input.enabled(kind) {
+            continue;
+        }
+        match judge(&root, &dropins, kind) {
+            (ConfigObservation::Valid { hash }, Some(snapshot)) => {
+                if kind == ServiceKind::Notifier
+                    && let Some(problem) = notifier_delivery_missing(&snapshot.json)
+                {
+                    return Ok(ConfigObservation::Invalid { message: problem });
+                }
+                hashes.push(hash);
+            }
+            (ConfigObservation::Invalid { message }, _) => {
+                return Ok(ConfigObservation::Invalid {
+                    message: format!("in {kind} mode: {message}"),
+                });
+            }
+            (other, _) => return Ok(other),
+        }
+    }
+    Ok(ConfigObservation::Valid {
+        hash: clairconfig::hash(&Value::from(hashes)),
+    })
+}
+
+/// Clair's notifier exits at start without a delivery method; Clair's own validation only
+/// warns. Refused here so a notifier never crash-loops on a config the operator rolled.
+fn notifier_delivery_missing(merged: &str) -> Option<String> {
+    let config: Value = serde_json::from_str(merged).ok()?;
+    let notifier = config.get("notifier")?;
+    let has = |key: &str| notifier.get(key).is_some_and(|v| !v.is_null());
+    (!(has("webhook") || has("amqp") || has("stomp"))).then(|| {
+        "notifier: no delivery is configured (notifier.webhook, notifier.amqp or notifier.stomp) \
+         and Clair's notifier exits without one: add a drop-in with one, or set \
+         spec.notifier.enabled to false"
+            .to_string()
+    })
+}
+
+/// Reads one service resource: absent, or present in the phase its status reports for its
+/// current generation (`None` until its controller has caught up).
+async fn child<K: ServiceResource>(
+    context: &Context,
+    input: &ClairInput<'_>,
+) -> Result<ObservedChild, ObserveError> {
+    let kind = K::KIND;
+    if !input.enabled(kind) {
+        return Ok(ObservedChild {
+            observation: ChildObservation::Disabled,
+            status: None,
+            settled_on_desired_image: true,
+        });
+    }
+    let name = input.child_name(kind);
+    let api: Api<K> = Api::namespaced(context.client.clone(), input.namespace);
+    let read = api
+        .get_opt(&name)
+        .await
+        .map_err(ObserveError::reading(format!("{} {name}", K::kind(&()))))?;
+    let Some(child) = read else {
+        return Ok(ObservedChild {
+            observation: ChildObservation::Absent,
+            status: None,
+            settled_on_desired_image: false,
+        });
+    };
+    let status = child.service_status();
+    let current = status.and_then(|s| s.observed_generation) == child.meta().generation;
+    let phase = status.and_then(|s| s.phase).filter(|_| current);
+    let child_status = ChildStatus {
+        name: name.clone(),
+        phase,
+        ready_replicas: status.map_or(0, |s| s.ready_replicas),
+        url: status.and_then(|s| s.url.clone()),
+    };
+    let on_desired_image =
+        child.service_spec().image.as_deref() == Some(&input.service_image(kind));
+    Ok(ObservedChild {
+        observation: ChildObservation::Present { name, phase },
+        status: Some(child_status),
+        settled_on_desired_image: on_desired_image
+            && matches!(phase, Some(Phase::Available | Phase::Scaling)),
+    })
+}
+
+/// The two step Jobs of the move to `version`.
+async fn step_jobs(
+    context: &Context,
+    input: &ClairInput<'_>,
+    version: &str,
+) -> Result<StepJobs, ObserveError> {
+    let jobs: Api<Job> = Api::namespaced(context.client.clone(), input.namespace);
+    let read = |step| {
+        let name = upgrade_job_name(input, step, version);
+        let jobs = jobs.clone();
+        async move {
+            let job = jobs
+                .get_opt(&name)
+                .await
+                .map_err(ObserveError::reading(format!("Job {name}")))?;
+            Ok::<_, ObserveError>((name, job_state(job.as_ref())))
+        }
+    };
+    Ok(StepJobs {
+        pre: read(UpgradeStep::Pre).await?,
+        post: read(UpgradeStep::Post).await?,
+    })
+}
+
+fn job_state(job: Option<&Job>) -> JobState {
+    let Some(job) = job else {
+        return JobState::Absent;
+    };
+    let condition = |type_: &str| {
+        job.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+    };
+    if condition("Failed") {
+        JobState::Failed
+    } else if condition("Complete") {
+        JobState::Succeeded
+    } else {
+        JobState::Running
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notifier_needs_a_delivery() {
+        assert!(notifier_delivery_missing(r#"{"notifier":{"connstring":"x"}}"#).is_some());
+        assert!(
+            notifier_delivery_missing(r#"{"notifier":{"webhook":{"target":"http://t/"}}}"#)
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! The errors of a reconcile, one type per step, each saying what was being read or written
+//! and of which object; and the policy that follows from them: a transient error (the
+//! apiserver busy, a conflict, a dropped connection) is retried soon with a growing,
+//! jittered delay per object; a permanent one (refused as invalid or forbidden) is retried
+//! slowly, since only a change of the object or of the operator's permissions fixes it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+
+/// Reading the cluster while observing.
+#[derive(Debug, thiserror::Error)]
+#[error("reading {what}: {source}")]
+pub struct ObserveError {
+    /// `StatefulSet clair-database`, `the Jobs of the upgrade to v4.9.0`.
+    pub what: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ObserveError {
+    /// A closure for `map_err` that names what was read.
+    pub fn reading(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let what = what.into();
+        move |source| ObserveError { what, source }
+    }
+}
+
+/// Applying the desired objects or deleting unwanted ones.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("listing the {kind} objects the resource owns: {source}")]
+    List {
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("applying {kind} {name}: {source}")]
+    Write {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting {kind} {name}, which the resource no longer wants: {source}")]
+    Delete {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("serializing {kind} {name}: {source}")]
+    Serialize {
+        kind: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl ApplyError {
+    fn kube(&self) -> Option<&kube::Error> {
+        match self {
+            ApplyError::List { source, .. }
+            | ApplyError::Read { source, .. }
+            | ApplyError::Write { source, .. }
+            | ApplyError::Delete { source, .. } => Some(source),
+            ApplyError::Serialize { .. } => None,
+        }
+    }
+
+    /// The apiserver refused to create an object because its namespace is being deleted:
+    /// nothing more is applied there.
+    pub fn namespace_terminating(&self) -> bool {
+        let Some(kube::Error::Api(status)) = self.kube() else {
+            return false;
+        };
+        status.code == 403
+            && (status
+                .details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+                || status.message.contains("because it is being terminated"))
+    }
+}
+
+/// Writing the status subresource.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the status of {object}: {source}")]
+pub struct StatusError {
+    pub object: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Observe(#[from] ObserveError),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error(transparent)]
+    Status(#[from] StatusError),
+    /// The object lacks what the apiserver always sets (a name, a namespace, a UID).
+    #[error("the resource has no {0}")]
+    MissingField(&'static str),
+    #[error("the operating system gave no random bytes: {0}")]
+    Random(String),
+}
+
+impl Error {
+    /// For logs and metrics: the step that failed.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Observe(_) => "ObserveFailed",
+            Error::Apply(_) => "ApplyFailed",
+            Error::Status(_) => "StatusWriteFailed",
+            Error::MissingField(_) => "MissingField",
+            Error::Random(_) => "RandomUnavailable",
+        }
+    }
+
+    /// Whether retrying soon may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Observe(e) => transient(&e.source),
+            Error::Apply(e) => e.kube().is_some_and(transient),
+            Error::Status(e) => transient(&e.source),
+            Error::MissingField(_) => false,
+            Error::Random(_) => true,
+        }
+    }
+}
+
+/// Transient: the apiserver overloaded or unavailable, a conflict with another writer, an
+/// object gone between two calls, or no answer at all. Anything else it refused (invalid,
+/// forbidden, bad request) stays refused until something changes.
+fn transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 404 | 408 | 409 | 429 | 500..=599),
+        kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::HttpError(_)
+        | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// How long to wait before retrying an object whose reconcile failed: per object, growing
+/// from 1 s to 5 min with jitter on transient errors (reset by a success), 5 min on
+/// permanent ones.
+#[derive(Default)]
+pub struct RetryPolicy {
+    failures: Mutex<HashMap<String, usize>>,
+}
+
+/// The slow retry of a permanent error, and the ceiling of the transient backoff.
+pub const SLOW_RETRY: Duration = Duration::from_secs(300);
+
+impl RetryPolicy {
+    /// The delay before retrying `key` after `error`.
+    pub fn failed(&self, key: &str, error: &Error) -> Duration {
+        if !error.is_transient() {
+            return SLOW_RETRY;
+        }
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count += 1;
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(SLOW_RETRY)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .nth(*count - 1)
+            .unwrap_or(SLOW_RETRY)
+    }
+
+    /// `key` reconciled: its next failure starts the backoff again.
+    pub fn succeeded(&self, key: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: "refused".into(),
+            ..Default::default()
+        }))
+    }
+
+    fn observe(code: u16) -> Error {
+        Error::Observe(ObserveError {
+            what: "StatefulSet db".into(),
+            source: api_error(code),
+        })
+    }
+
+    #[test]
+    fn conflicts_and_overload_are_transient_refusals_are_not() {
+        for code in [409, 429, 500, 503, 404] {
+            assert!(observe(code).is_transient(), "{code}");
+        }
+        for code in [400, 403, 422] {
+            assert!(!observe(code).is_transient(), "{code}");
+        }
+        assert!(!Error::MissingField("metadata.uid").is_transient());
+    }
+
+    #[test]
+    fn the_message_names_what_was_read_or_written() {
+        assert!(
+            observe(500)
+                .to_string()
+                .starts_with("reading StatefulSet db: ")
+        );
+        let write = Error::Apply(ApplyError::Write {
+            kind: "Deployment".into(),
+            name: "clair-indexer".into(),
+            source: api_error(422),
+        });
+        assert!(
+            write
+                .to_string()
+                .starts_with("applying Deployment clair-indexer: ")
+        );
+    }
+
+    #[test]
+    fn transient_retries_grow_per_object_and_reset_on_success() {
+        let policy = RetryPolicy::default();
+        let delays: Vec<Duration> = (0..6).map(|_| policy.failed("a", &observe(503))).collect();
+        // Jitter adds up to the delay itself: each stays within [2^n, 2^(n+1)) seconds.
+        for (n, delay) in delays.iter().enumerate() {
+            let floor = Duration::from_secs(1 << n);
+            assert!(*delay >= floor && *delay <= floor * 2, "{n}: {delay:?}");
+        }
+        assert!(policy.failed("b", &observe(503)) <= Duration::from_secs(2));
+        policy.succeeded("a");
+        assert!(policy.failed("a", &observe(503)) <= Duration::from_secs(2));
+        assert_eq!(policy.failed("a", &observe(403)), SLOW_RETRY);
+    }
+
+    #[test]
+    fn a_create_refused_in_a_terminating_namespace_is_recognised() {
+        let status = kube::core::Status {
+            code: 403,
+            message: "secrets \"x\" is forbidden: unable to create new content in namespace t because it is being terminated".into(),
+            reason: "Forbidden".into(),
+            ..Default::default()
+        };
+        let error = ApplyError::Write {
+            kind: "Secret".into(),
+            name: "x".into(),
+            source: kube::Error::Api(Box::new(status)),
+        };
+        assert!(error.namespace_terminating());
+        let other = ApplyError::Write {
+            kind: "Secret".into(),
+            name: "x".into(),
+            source: api_error(403),
+        };
+        assert!(!other.namespace_terminating());
+    }
+}

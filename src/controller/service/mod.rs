@@ -1,0 +1,208 @@
+//! One controller for the three service kinds (`Indexer`, `Matcher`, `Notifier`): the
+//! reconcile is shared, the differences (the service kind) come from the resource type.
+
+pub mod desired;
+pub mod observe;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::debug;
+
+use super::apply::{Applier, apply_service};
+use super::{Context, Error, now};
+use crate::api::labels;
+use crate::api::service::ClairService;
+use crate::api::{ConfigSource, Phase, ServiceStatus};
+use crate::machine::service::{Workload, decide};
+use crate::render::service::{ServiceInput, deployment, url};
+
+/// What a service kind must be for the shared controller.
+pub trait ServiceResource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + ClairService
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> ServiceResource for T where
+    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + ClairService
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The controller of kind `K`, until `shutdown` resolves.
+pub async fn run<K: ServiceResource>(
+    context: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = context.client.clone();
+    let owned = watcher::Config::default().labels(&labels::managed_selector());
+    let controller = Controller::new(Api::<K>::all(client.clone()), watcher::Config::default());
+    let store = controller.store();
+    controller
+        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
+        .owns(Api::<Service>::all(client.clone()), owned.clone())
+        .owns(
+            Api::<HorizontalPodAutoscaler>::all(client.clone()),
+            owned.clone(),
+        )
+        .owns(Api::<PodDisruptionBudget>::all(client.clone()), owned)
+        .watches(
+            Api::<ConfigMap>::all(client.clone()),
+            watcher::Config::default(),
+            referencing(store.clone(), super::names_config_map),
+        )
+        .watches(
+            Api::<Secret>::all(client),
+            watcher::Config::default(),
+            referencing(store, super::names_secret),
+        )
+        .reconcile_all_on(super::capabilities::optional_api_changes(
+            context.client.clone(),
+            context.clone(),
+        ))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, super::error_policy::<K>, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(kind = %K::KIND, %object.name, "reconciled"),
+                Err(e) => debug!(kind = %K::KIND, error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+/// Maps a ConfigMap or Secret to the resources of kind `K` in its namespace whose config
+/// names it, so an edit re-renders them.
+fn referencing<K: ServiceResource, O: Resource>(
+    store: Store<K>,
+    names: impl Fn(&ConfigSource, &str) -> bool + Send + Sync + 'static,
+) -> impl Fn(O) -> Vec<ObjectRef<K>> + Send + Sync + 'static {
+    move |object: O| {
+        let name = object.name_any();
+        let namespace = object.namespace();
+        super::related(&store, namespace.as_deref(), |k| {
+            let config = &k.service_spec().config;
+            std::iter::once(&config.root)
+                .chain(&config.dropins)
+                .any(|source| names(source, &name))
+        })
+    }
+}
+
+async fn reconcile<K: ServiceResource>(
+    object: Arc<K>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    if super::being_deleted(object.as_ref()) {
+        return Ok(Action::await_change());
+    }
+    let namespace = object
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = object.name_any();
+    let uid = object.uid().ok_or(Error::MissingField("metadata.uid"))?;
+    let owner = object
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingField("metadata.uid"))?;
+    let (spec, status) = (object.service_spec(), object.service_status());
+    let generation = object.meta().generation.unwrap_or(0);
+
+    // Observe: reads only.
+    let Some(observed) = observe::observe(&context, K::KIND, &namespace, &name, spec).await? else {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    };
+    let input = ServiceInput {
+        kind: K::KIND,
+        name: &name,
+        namespace: &namespace,
+        owner,
+        spec,
+        current_replicas: observed.current_replicas(),
+        users: context.capabilities.pod_users().await,
+    };
+    let rolled =
+        (observed.snapshot.as_ref()).map(|s| deployment(&input, &s.secret_name(&name), &s.hash));
+    let snapshot = observed.snapshot(K::KIND, generation, spec, status, rolled.as_ref());
+
+    // Decide: the machine.
+    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now());
+
+    // Desired, then apply.
+    let running = observe::running_hash(observed.deployment.as_ref());
+    let config_hash = desired::config_hash(&decision, &observed, running);
+    let objects = desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
+    let applier = Applier {
+        client: &context.client,
+        namespace: &namespace,
+        owner: &name,
+        owner_uid: &uid,
+    };
+    if !super::applied(
+        apply_service(&applier, objects).await,
+        &super::describe(object.as_ref()),
+    )? {
+        return Ok(Action::await_change());
+    }
+
+    // Status.
+    let (replicas, ready_replicas) = match &snapshot.workload {
+        Workload::Present { replicas, .. } => (replicas.current, replicas.ready),
+        Workload::Absent => (0, 0),
+    };
+    let new_status = ServiceStatus {
+        phase: Some(decision.phase),
+        conditions: decision.conditions.clone(),
+        observed_generation: Some(generation),
+        replicas,
+        ready_replicas,
+        selector: Some(labels::to_selector_string(&labels::selector(
+            &name,
+            K::KIND.as_str(),
+        ))),
+        config_hash,
+        url: Some(url(&name, &namespace)),
+    };
+    let requeue = match decision.phase {
+        Phase::Available => Duration::from_secs(600),
+        _ => Duration::from_secs(30),
+    };
+    super::conclude(
+        &context,
+        object.as_ref(),
+        status,
+        new_status,
+        &decision,
+        requeue,
+    )
+    .await
+}

@@ -1,0 +1,186 @@
+//! The desired state of one resource: every object it should own, by kind, with how each is
+//! written. A reconcile builds one such value from its decision; the controller's applier
+//! applies it in dependency order and deletes every owned object of a pruned kind that the
+//! value does not name.
+//!
+//! The family structs ([`ClairObjects`], [`ServiceObjects`]) are destructured without `..`
+//! by the applier, so a new owned kind does not compile until the applier handles it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
+use crate::api::{Indexer, Matcher, Notifier};
+
+/// How one desired object is written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write<T> {
+    /// Server-side applied; skipped when the live object already holds it.
+    Apply(T),
+    /// Created when absent, never changed afterwards (immutable config snapshots, Jobs).
+    CreateOnce(T),
+    /// Left as it is if it exists: neither written nor deleted (a workload held at its
+    /// last good config, a finished upgrade step).
+    Keep,
+}
+
+/// The objects of one kind a resource should own, by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Owned<T> {
+    objects: BTreeMap<String, Write<T>>,
+    prune: bool,
+}
+
+impl<T: kube::Resource> Owned<T> {
+    /// Exactly the objects added: any other object of the kind the resource owns is deleted.
+    pub fn exactly() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            prune: true,
+        }
+    }
+
+    /// The objects added; others of the kind the resource owns are left alone. With none
+    /// added, the kind is not touched at all (not even read).
+    pub fn at_least() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            prune: false,
+        }
+    }
+
+    /// Adds `object`, server-side applied.
+    pub fn apply(mut self, object: T) -> Self {
+        self.objects.insert(object.name_any(), Write::Apply(object));
+        self
+    }
+
+    /// Adds `object`, created once.
+    pub fn create_once(mut self, object: T) -> Self {
+        self.objects
+            .insert(object.name_any(), Write::CreateOnce(object));
+        self
+    }
+
+    /// Keeps the object `name` as it is.
+    pub fn keep(mut self, name: impl Into<String>) -> Self {
+        self.objects.insert(name.into(), Write::Keep);
+        self
+    }
+
+    /// Adds every object of `objects`, applied.
+    pub fn apply_all(self, objects: impl IntoIterator<Item = T>) -> Self {
+        objects.into_iter().fold(self, Self::apply)
+    }
+
+    /// Adds `object` when there is one.
+    pub fn apply_some(self, object: Option<T>) -> Self {
+        match object {
+            Some(object) => self.apply(object),
+            None => self,
+        }
+    }
+
+    pub fn objects(&self) -> &BTreeMap<String, Write<T>> {
+        &self.objects
+    }
+
+    /// Whether owned objects not named here are deleted.
+    pub fn prunes(&self) -> bool {
+        self.prune
+    }
+
+    /// Whether this kind is left entirely alone.
+    pub fn untouched(&self) -> bool {
+        self.objects.is_empty() && !self.prune
+    }
+
+    /// The object `name`, if it is written (applied or created).
+    pub fn get(&self, name: &str) -> Option<&T> {
+        match self.objects.get(name)? {
+            Write::Apply(object) | Write::CreateOnce(object) => Some(object),
+            Write::Keep => None,
+        }
+    }
+}
+
+/// Everything a `Clair` owns, in the order the applier writes it: credentials and config
+/// before the database, the database before the services that use it, the upgrade step
+/// before the services roll.
+#[derive(Clone, Debug)]
+pub struct ClairObjects {
+    /// The PSK, the managed database's passwords, the generated config.
+    pub secrets: Owned<Secret>,
+    /// The managed database's bootstrap script.
+    pub config_maps: Owned<ConfigMap>,
+    /// The managed database engines' Services.
+    pub services: Owned<Service>,
+    /// The managed database engines.
+    pub stateful_sets: Owned<StatefulSet>,
+    /// Upgrade steps (`clairctl admin pre|post`).
+    pub jobs: Owned<Job>,
+    pub indexers: Owned<Indexer>,
+    pub matchers: Owned<Matcher>,
+    pub notifiers: Owned<Notifier>,
+    /// The updaters, when they run in a CronJob.
+    pub cron_jobs: Owned<CronJob>,
+    pub ingresses: Owned<Ingress>,
+    /// OpenShift Routes (untouched where the cluster does not serve them).
+    pub routes: Owned<DynamicObject>,
+    /// Gateway API HTTPRoutes (untouched where the cluster does not serve them).
+    pub http_routes: Owned<DynamicObject>,
+}
+
+/// Everything an `Indexer`, `Matcher` or `Notifier` owns, in the order the applier writes it.
+#[derive(Clone, Debug)]
+pub struct ServiceObjects {
+    /// Immutable config snapshots, one per config hash.
+    pub secrets: Owned<Secret>,
+    pub deployments: Owned<Deployment>,
+    pub services: Owned<Service>,
+    pub disruption_budgets: Owned<PodDisruptionBudget>,
+    pub autoscalers: Owned<HorizontalPodAutoscaler>,
+    /// Prometheus Operator ServiceMonitors (untouched where the cluster does not serve them).
+    pub service_monitors: Owned<DynamicObject>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str) -> Secret {
+        Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_empty_at_least_set_is_left_untouched_but_an_empty_exact_set_prunes() {
+        assert!(Owned::<Secret>::at_least().untouched());
+        let exact = Owned::<Secret>::exactly();
+        assert!(!exact.untouched() && exact.prunes());
+    }
+
+    #[test]
+    fn objects_are_kept_by_name_with_how_they_are_written() {
+        let owned = Owned::exactly()
+            .apply(secret("a"))
+            .create_once(secret("b"))
+            .keep("c");
+        assert!(matches!(owned.objects()["a"], Write::Apply(_)));
+        assert!(matches!(owned.objects()["b"], Write::CreateOnce(_)));
+        assert_eq!(owned.objects()["c"], Write::Keep);
+        assert!(owned.get("a").is_some() && owned.get("c").is_none());
+    }
+}
