@@ -81,16 +81,28 @@ impl ApplyError {
     /// The apiserver refused to create an object because its namespace is being deleted:
     /// nothing more is applied there.
     pub fn namespace_terminating(&self) -> bool {
-        let Some(kube::Error::Api(status)) = self.kube() else {
-            return false;
-        };
-        status.code == 403
-            && (status
-                .details
-                .as_ref()
-                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
-                || status.message.contains("because it is being terminated"))
+        self.kube().is_some_and(namespace_terminating)
     }
+}
+
+/// Whether the apiserver refused a write because the namespace is being deleted (or is
+/// already gone).
+pub fn namespace_terminating(error: &kube::Error) -> bool {
+    let kube::Error::Api(status) = error else {
+        return false;
+    };
+    let terminating = status.code == 403
+        && (status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+            || status.message.contains("because it is being terminated"));
+    let gone = status.code == 404
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.kind == "namespaces");
+    terminating || gone
 }
 
 /// Writing the status subresource.

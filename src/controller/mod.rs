@@ -68,6 +68,39 @@ fn describe<K: Resource<DynamicType = ()>>(object: &K) -> String {
     )
 }
 
+/// Who owns the objects a reconcile applies: the resource, by name and UID.
+struct Owner {
+    namespace: String,
+    name: String,
+    uid: String,
+    /// The controller owner reference every owned object carries.
+    reference: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+}
+
+impl Owner {
+    fn of<K: Resource<DynamicType = ()>>(object: &K) -> Result<Self, Error> {
+        Ok(Owner {
+            namespace: object
+                .namespace()
+                .ok_or(Error::MissingField("metadata.namespace"))?,
+            name: object.name_any(),
+            uid: object.uid().ok_or(Error::MissingField("metadata.uid"))?,
+            reference: object
+                .controller_owner_ref(&())
+                .ok_or(Error::MissingField("metadata.uid"))?,
+        })
+    }
+
+    fn applier<'a>(&'a self, client: &'a Client) -> apply::Applier<'a> {
+        apply::Applier {
+            client,
+            namespace: &self.namespace,
+            owner: &self.name,
+            owner_uid: &self.uid,
+        }
+    }
+}
+
 /// Whether the resource is being deleted: nothing is applied for it any more (its owned
 /// objects go with it through their owner references).
 fn being_deleted(object: &impl Resource) -> bool {
@@ -135,16 +168,28 @@ where
             "kind": K::kind(&()),
             "status": status,
         });
-        api.patch_status(
-            &object.name_any(),
-            &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
-            &kube::api::Patch::Apply(&patch),
-        )
-        .await
-        .map_err(|source| StatusError {
-            object: described.clone(),
-            source,
-        })?;
+        let written = api
+            .patch_status(
+                &object.name_any(),
+                &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+                &kube::api::Patch::Apply(&patch),
+            )
+            .await;
+        match written {
+            Ok(_) => {}
+            // Deleted since it was read (its namespace going, most often): nothing to report.
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                debug!(object = %described, "gone before its status was written");
+                return Ok(Action::await_change());
+            }
+            Err(source) => {
+                return Err(StatusError {
+                    object: described,
+                    source,
+                }
+                .into());
+            }
+        }
     }
     if let Some(event) = &decision.event {
         info!(object = %described, note = %event.note, "phase transition");
@@ -184,8 +229,13 @@ async fn publish_transition(
             object,
         )
         .await;
-    if let Err(e) = published {
-        warn!(object = ?object.name, error = %e, "cannot record the transition Event");
+    match published {
+        Ok(()) => {}
+        // Its namespace is going: so is the resource, and nobody will read the Event.
+        Err(e) if error::namespace_terminating(&e) => {
+            debug!(object = ?object.name, "no Event: the namespace is being deleted");
+        }
+        Err(e) => warn!(object = ?object.name, error = %e, "cannot record the transition Event"),
     }
 }
 

@@ -1167,3 +1167,163 @@ pub async fn an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll(
     );
     Ok(())
 }
+
+/// Audit entries of operator requests in `ns` since `since` that created or changed
+/// something (answered below 400).
+fn operator_changes(
+    env: &TestEnv,
+    ns: &str,
+    since: std::time::SystemTime,
+) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(env.plane.audit_log())?;
+    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
+    let mut changes = Vec::new();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let verb = entry["verb"].as_str().unwrap_or_default();
+        if entry["user"]["username"] != clair_testenv::OPERATOR
+            || entry["objectRef"]["namespace"] != ns
+            || !["create", "update", "patch"].contains(&verb)
+            || entry["stage"] != "ResponseComplete"
+            || entry["responseStatus"]["code"].as_u64().unwrap_or(0) >= 400
+        {
+            continue;
+        }
+        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()?;
+        if at >= since {
+            let subresource = entry["objectRef"]["subresource"]
+                .as_str()
+                .unwrap_or_default();
+            changes.push(format!(
+                "{verb} {}/{subresource} {}",
+                entry["objectRef"]["resource"].as_str().unwrap_or_default(),
+                entry["objectRef"]["name"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    Ok(changes)
+}
+
+/// Lines of the operator's log at WARN or ERROR that name `text`.
+fn operator_warnings(env: &TestEnv, text: &str) -> anyhow::Result<Vec<String>> {
+    let log = std::fs::read_to_string(env.plane.dir().join("logs/operator.log"))?;
+    Ok(log
+        .lines()
+        .filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && l.contains(text))
+        .map(str::to_string)
+        .collect())
+}
+
+pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-deleting").await?;
+    external_databases(env, &client, &ns).await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    create_clair(&client, &ns, "clair", external_spec()).await?;
+    wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+
+    // A Clair held by someone else's finalizer stays, being deleted, with its children.
+    let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
+    clairs
+        .patch(
+            "clair",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["clair-operator-tests/hold"]}})),
+        )
+        .await?;
+    // Reconciles already under way (each finishes within a second or two here) may still
+    // write; what follows the deletion may not.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    clairs.delete("clair", &DeleteParams::background()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let since = std::time::SystemTime::now();
+    // Its indexer disappears: the operator must not make it again for a Clair on its way out.
+    let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
+    indexers
+        .delete("clair-indexer", &DeleteParams::default())
+        .await?;
+    eventually(LONG, "the indexer to be gone", || async {
+        Ok(indexers.get_opt("clair-indexer").await?.is_none())
+    })
+    .await?;
+    // The matcher changes: a reconcile is triggered (and would re-apply, were it allowed).
+    let matchers: Api<Matcher> = Api::namespaced(client.clone(), &ns);
+    matchers
+        .patch(
+            "clair-matcher",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    ensure!(
+        indexers.get_opt("clair-indexer").await?.is_none(),
+        "the indexer of a Clair being deleted was made again"
+    );
+    let changes = operator_changes(env, &ns, since)?;
+    ensure!(
+        changes.iter().all(|c| !c.contains("clairs")),
+        "the operator wrote to the Clair being deleted: {changes:?}"
+    );
+    ensure!(
+        changes.iter().all(|c| !c.contains("indexers")),
+        "the operator wrote an indexer for the Clair being deleted: {changes:?}"
+    );
+    clairs
+        .patch(
+            "clair",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+
+    // A second Clair, then its whole namespace deleted: nothing is made again while the
+    // namespace terminates, and no refusal is logged as a warning.
+    let ns2 = env.namespace("clair-ns-deleting").await?;
+    external_databases(env, &client, &ns2).await?;
+    notifier_dropin(&client, &ns2, "http://quay.example.com/notify").await?;
+    create_clair(&client, &ns2, "clair", external_spec()).await?;
+    wait_clair(
+        &client,
+        &ns2,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    let since = std::time::SystemTime::now();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces.delete(&ns2, &DeleteParams::default()).await?;
+    eventually(
+        Duration::from_secs(180),
+        "the namespace to be gone",
+        || async { Ok(namespaces.get_opt(&ns2).await?.is_none()) },
+    )
+    .await?;
+    let changes = operator_changes(env, &ns2, since)?;
+    // Status writes of resources whose pods go are fine; no object is made or changed.
+    ensure!(
+        changes.iter().all(|c| c.contains("/status ")),
+        "the operator created or changed objects in a terminating namespace: {changes:?}"
+    );
+    let warnings = operator_warnings(env, &ns2)?;
+    ensure!(
+        warnings.is_empty(),
+        "the operator warned about a namespace being deleted: {warnings:?}"
+    );
+    Ok(())
+}

@@ -26,6 +26,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         clair::a_managed_database_keeps_its_claims_when_the_clair_is_deleted,
         clair::the_rendered_configs_run_real_clair_services_and_updaters,
         clair::an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll,
+        clair::a_resource_or_namespace_being_deleted_gets_nothing_applied,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

@@ -23,10 +23,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tracing::debug;
 
-use super::apply::{Applier, apply_clair};
+use super::apply::apply_clair;
 use super::capabilities::optional_api_changes;
 use super::error::ObserveError;
-use super::{Context, Error, now};
+use super::{Context, Error, Owner, now};
 use crate::api::labels;
 use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, Phase};
 use crate::machine::clair::{actions, decide};
@@ -96,32 +96,22 @@ fn referencing<O: Resource>(
 }
 
 async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
-    let namespace = cached
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = cached.name_any();
     // The cache can lag behind this controller's own last status write; deciding from a
     // stale `status.version` would repeat an upgrade step. Read the object fresh.
-    let clairs: Api<Clair> = Api::namespaced(context.client.clone(), &namespace);
-    let fresh = clairs.get_opt(&name).await;
-    let Some(clair) = fresh.map_err(ObserveError::reading(format!("Clair {name}")))? else {
+    let owner = Owner::of(cached.as_ref())?;
+    let clairs: Api<Clair> = Api::namespaced(context.client.clone(), &owner.namespace);
+    let fresh = clairs.get_opt(&owner.name).await;
+    let read = fresh.map_err(ObserveError::reading(super::describe(cached.as_ref())))?;
+    let Some(clair) = read.filter(|c| c.uid() == cached.uid() && !super::being_deleted(c)) else {
         return Ok(Action::await_change());
     };
-    if super::being_deleted(&clair) {
-        return Ok(Action::await_change());
-    }
-    let uid = clair.uid().ok_or(Error::MissingField("metadata.uid"))?;
-    let owner = clair
-        .controller_owner_ref(&())
-        .ok_or(Error::MissingField("metadata.uid"))?;
     let generation = clair.meta().generation.unwrap_or(0);
-    let users = context.capabilities.pod_users().await;
     let input = ClairInput {
-        name: &name,
-        namespace: &namespace,
-        owner,
+        name: &owner.name,
+        namespace: &owner.namespace,
+        owner: owner.reference.clone(),
         spec: &clair.spec,
-        users,
+        users: context.capabilities.pod_users().await,
     };
 
     // Observe: reads only.
@@ -136,16 +126,8 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
 
     // Desired, then apply.
     let objects = desired::objects(&input, &observed, &actions);
-    let applier = Applier {
-        client: &context.client,
-        namespace: &namespace,
-        owner: &name,
-        owner_uid: &uid,
-    };
-    if !super::applied(
-        apply_clair(&applier, objects).await,
-        &super::describe(&clair),
-    )? {
+    let applied = apply_clair(&owner.applier(&context.client), objects).await;
+    if !super::applied(applied, &super::describe(&clair))? {
         return Ok(Action::await_change());
     }
 

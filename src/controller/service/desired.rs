@@ -3,12 +3,14 @@
 use k8s_openapi::api::apps::v1::Deployment;
 
 use super::observe::Observed;
-use crate::api::Phase;
+use crate::api::labels;
+use crate::api::{Phase, ServiceStatus};
+use crate::machine::service::{ServiceSnapshot, Workload};
 use crate::machine::{ApplyPlan, Decision};
 use crate::render::owned::{Owned, ServiceObjects};
 use crate::render::service::{
     ServiceInput, autoscaler, config_secret, disruption_budget, service, service_monitor,
-    snapshot_name,
+    snapshot_name, url,
 };
 
 /// The config hash the pods run after this reconcile: the new one when the workload rolls,
@@ -68,4 +70,30 @@ pub fn objects(
 /// nothing may be written yet.
 fn supported<T: kube::Resource>(wanted: bool, build: impl FnOnce() -> Owned<T>) -> Owned<T> {
     if wanted { build() } else { Owned::at_least() }
+}
+
+/// The status after `decision`.
+pub fn status(
+    input: &ServiceInput,
+    snapshot: &ServiceSnapshot,
+    decision: &Decision,
+    config_hash: Option<String>,
+) -> ServiceStatus {
+    let (replicas, ready_replicas) = match &snapshot.workload {
+        Workload::Present { replicas, .. } => (replicas.current, replicas.ready),
+        Workload::Absent => (0, 0),
+    };
+    ServiceStatus {
+        phase: Some(decision.phase),
+        conditions: decision.conditions.clone(),
+        observed_generation: Some(snapshot.generation),
+        replicas,
+        ready_replicas,
+        selector: Some(labels::to_selector_string(&labels::selector(
+            input.name,
+            input.kind.as_str(),
+        ))),
+        config_hash,
+        url: Some(url(input.name, input.namespace)),
+    }
 }

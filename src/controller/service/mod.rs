@@ -23,13 +23,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::debug;
 
-use super::apply::{Applier, apply_service};
-use super::{Context, Error, now};
+use super::apply::apply_service;
+use super::{Context, Error, Owner, now};
 use crate::api::labels;
 use crate::api::service::ClairService;
-use crate::api::{ConfigSource, Phase, ServiceStatus};
-use crate::machine::service::{Workload, decide};
-use crate::render::service::{ServiceInput, deployment, url};
+use crate::api::{ConfigSource, Phase};
+use crate::machine::service::decide;
+use crate::render::service::{ServiceInput, deployment};
 
 /// What a service kind must be for the shared controller.
 pub trait ServiceResource:
@@ -125,32 +125,26 @@ async fn reconcile<K: ServiceResource>(
     if super::being_deleted(object.as_ref()) {
         return Ok(Action::await_change());
     }
-    let namespace = object
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = object.name_any();
-    let uid = object.uid().ok_or(Error::MissingField("metadata.uid"))?;
-    let owner = object
-        .controller_owner_ref(&())
-        .ok_or(Error::MissingField("metadata.uid"))?;
+    let owner = Owner::of(object.as_ref())?;
+    let (name, namespace) = (owner.name.as_str(), owner.namespace.as_str());
     let (spec, status) = (object.service_spec(), object.service_status());
     let generation = object.meta().generation.unwrap_or(0);
 
     // Observe: reads only.
-    let Some(observed) = observe::observe(&context, K::KIND, &namespace, &name, spec).await? else {
+    let Some(observed) = observe::observe(&context, K::KIND, namespace, name, spec).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
     let input = ServiceInput {
         kind: K::KIND,
-        name: &name,
-        namespace: &namespace,
-        owner,
+        name,
+        namespace,
+        owner: owner.reference.clone(),
         spec,
         current_replicas: observed.current_replicas(),
         users: context.capabilities.pod_users().await,
     };
     let rolled =
-        (observed.snapshot.as_ref()).map(|s| deployment(&input, &s.secret_name(&name), &s.hash));
+        (observed.snapshot.as_ref()).map(|s| deployment(&input, &s.secret_name(name), &s.hash));
     let snapshot = observed.snapshot(K::KIND, generation, spec, status, rolled.as_ref());
 
     // Decide: the machine.
@@ -161,37 +155,13 @@ async fn reconcile<K: ServiceResource>(
     let running = observe::running_hash(observed.deployment.as_ref());
     let config_hash = desired::config_hash(&decision, &observed, running);
     let objects = desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
-    let applier = Applier {
-        client: &context.client,
-        namespace: &namespace,
-        owner: &name,
-        owner_uid: &uid,
-    };
-    if !super::applied(
-        apply_service(&applier, objects).await,
-        &super::describe(object.as_ref()),
-    )? {
+    let applied = apply_service(&owner.applier(&context.client), objects).await;
+    if !super::applied(applied, &super::describe(object.as_ref()))? {
         return Ok(Action::await_change());
     }
 
     // Status.
-    let (replicas, ready_replicas) = match &snapshot.workload {
-        Workload::Present { replicas, .. } => (replicas.current, replicas.ready),
-        Workload::Absent => (0, 0),
-    };
-    let new_status = ServiceStatus {
-        phase: Some(decision.phase),
-        conditions: decision.conditions.clone(),
-        observed_generation: Some(generation),
-        replicas,
-        ready_replicas,
-        selector: Some(labels::to_selector_string(&labels::selector(
-            &name,
-            K::KIND.as_str(),
-        ))),
-        config_hash,
-        url: Some(url(&name, &namespace)),
-    };
+    let new_status = desired::status(&input, &snapshot, &decision, config_hash);
     let requeue = match decision.phase {
         Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),
