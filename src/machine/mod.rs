@@ -1,8 +1,9 @@
 //! The phase state machines: one for the service kinds (`Indexer`, `Matcher`, `Notifier`)
-//! and one for `Clair`. Pure: a reconcile observes the cluster into a snapshot, rehydrates the
-//! machine from `status.phase`, feeds it the snapshot and reads the [`Decision`]: the new
-//! phase, what to apply, the full set of conditions, and the Event to emit on a transition.
-//! The machine is the only place a phase is decided.
+//! and one for `Clair`. Pure: a reconcile observes the cluster into a snapshot, classifies
+//! it, looks the next phase up from `status.phase` in the family's table and reads the
+//! [`Decision`]: the new phase, what to apply, the full set of conditions, and the Event to
+//! emit on a transition; for a `Clair` also [`clair::actions`] (each service resource, the
+//! upgrade step, the reported version). The machine is the only place these are decided.
 
 pub mod clair;
 pub mod conditions;

@@ -1,6 +1,6 @@
 //! Transition tables as data: for each class of observation, the phase it leads to from each
-//! phase. The statig machines look their transitions up here, the diagrams are drawn from
-//! here, and the tests walk every (phase, class) pair of it.
+//! phase. The machines decide their phase here, the diagrams are drawn from here, and the
+//! tests walk every (phase, class) pair of it.
 
 use std::fmt::Debug;
 
