@@ -369,36 +369,58 @@ where
     bail!("timed out after {timeout:?} waiting for {what}: {last}")
 }
 
-/// Operator writes (create, update, patch, delete) in `ns` after `since`, from the audit log.
-pub fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Result<Vec<String>> {
+/// The audit log's entries of the operator's requests in `ns` received after `since`.
+pub fn operator_requests(
+    env: &TestEnv,
+    ns: &str,
+    since: SystemTime,
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(env.plane.audit_log())?;
     let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
-    let mut writes = Vec::new();
+    let mut requests = Vec::new();
     for line in text.lines() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        let verb = entry["verb"].as_str().unwrap_or_default();
-        if entry["user"]["username"] != OPERATOR
-            || entry["objectRef"]["namespace"] != ns
-            || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb)
-        {
+        if entry["user"]["username"] != OPERATOR || entry["objectRef"]["namespace"] != ns {
             continue;
         }
+        anyhow::ensure!(
+            entry["impersonatedUser"]["username"] == OPERATOR_SERVICE_ACCOUNT,
+            "an operator request not made as its ServiceAccount: {line}"
+        );
         let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
             .as_str()
             .unwrap_or_default()
             .parse()?;
-        anyhow::ensure!(
-            entry["impersonatedUser"]["username"] == OPERATOR_SERVICE_ACCOUNT,
-            "an operator write not made as its ServiceAccount: {line}"
-        );
         if at >= since {
-            writes.push(format!(
-                "{verb} {} {}",
-                entry["objectRef"]["resource"], entry["objectRef"]["name"]
-            ));
+            requests.push(entry);
         }
     }
-    Ok(writes)
+    Ok(requests)
+}
+
+/// `VERB RESOURCE[/SUBRESOURCE] NAME` of an audit entry.
+pub fn request_line(entry: &serde_json::Value) -> String {
+    let object = &entry["objectRef"];
+    let subresource = object["subresource"]
+        .as_str()
+        .map(|s| format!("/{s}"))
+        .unwrap_or_default();
+    format!(
+        "{} {}{subresource} {}",
+        entry["verb"].as_str().unwrap_or_default(),
+        object["resource"].as_str().unwrap_or_default(),
+        object["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// Operator writes (create, update, patch, delete) in `ns` after `since`, from the audit log.
+pub fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Result<Vec<String>> {
+    const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+    Ok(operator_requests(env, ns, since)?
+        .iter()
+        .filter(|e| WRITES.contains(&e["verb"].as_str().unwrap_or_default()))
+        .map(request_line)
+        .collect())
 }
