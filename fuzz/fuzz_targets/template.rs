@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use clair_operator::webhook::template;
+use clair_operator::templating::template;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
