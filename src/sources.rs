@@ -1,11 +1,16 @@
 //! Reading the keys of ConfigMaps and Secrets that resources and templates reference:
 //! through the API (a resource's config sources) or from an admitted object (a webhook's
-//! or the re-render controller's view of a ConfigMap or Secret).
+//! or the re-render controller's view of a ConfigMap or Secret); and whether the user who
+//! writes a reference may read what it names, since the operator reads with its own access.
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, PostParams};
 
 use crate::api::ConfigSource;
 use crate::clairconfig::Document;
@@ -96,4 +101,37 @@ pub fn value_of(object: &DynamicObject, kind: &str, key: &str) -> Option<String>
     let encoded = data["binaryData"].get(key)?.clone();
     let bytes: ByteString = serde_json::from_value(encoded).ok()?;
     String::from_utf8(bytes.0).ok()
+}
+
+/// Whether `user` may `get` the object `name` of `resource` (`secrets`, `configmaps`) in
+/// `namespace`: a SubjectAccessReview, so the operator's own access never stands in for
+/// the writer's.
+pub async fn may_get(
+    client: &Client,
+    user: &UserInfo,
+    namespace: &str,
+    resource: &str,
+    name: &str,
+) -> Result<bool, kube::Error> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user.username.clone(),
+            groups: user.groups.clone(),
+            uid: user.uid.clone(),
+            extra: user.extra.clone(),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.to_string()),
+                verb: Some("get".to_string()),
+                resource: Some(resource.to_string()),
+                name: Some(name.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviewed = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    Ok(reviewed.status.is_some_and(|s| s.allowed))
 }

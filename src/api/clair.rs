@@ -108,6 +108,12 @@ pub struct ClairSpec {
     /// Who runs the vulnerability updaters. Unset: the matcher runs them (Clair's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updaters: Option<UpdatersSpec>,
+    /// How long one upgrade step (`clairctl admin pre` or `post`) may run before it counts as
+    /// failed (`UpgradeFailed`, the roll stopped) instead of holding the `Clair` in
+    /// `Upgrading` forever. Default 3600 (one hour: a step may migrate a large database).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub upgrade_step_timeout_seconds: Option<i64>,
 }
 
 /// Settings for one service of a `Clair`, copied into the service resource it owns.
@@ -158,14 +164,21 @@ pub struct DatabaseSpec {
 }
 
 /// A PostgreSQL the operator runs as a StatefulSet.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "(has(self.perService) && self.perService) == (has(oldSelf.perService) && oldSelf.perService)"
+).message(
+    "database.managed.perService cannot change on a running Clair: the data lives in the engines \
+     it has (and deleteClaims would delete it); create a new Clair and move the data"
+).field_path(".perService"))]
 pub struct ManagedDatabase {
     /// The PostgreSQL image. Default `docker.io/library/postgres:17`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
-    /// Run one engine per service instead of one shared engine, for high volume.
+    /// Run one engine per service instead of one shared engine, for high volume. Fixed once
+    /// the `Clair` exists: changing it would leave the data in the engines it had.
     #[serde(default)]
     pub per_service: bool,
     /// The engine's data volume (per engine).

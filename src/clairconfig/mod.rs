@@ -3,6 +3,7 @@
 //! documents, this module judges them.
 
 pub mod files;
+pub mod limits;
 mod validate;
 
 use serde_json::Value;
@@ -21,6 +22,9 @@ pub enum Error {
     Patch { name: String, message: String },
     #[error("{0}")]
     Invalid(String),
+    /// A document, or the config merged from it, passes a limit (see [`limits`]).
+    #[error("{name}: {message}")]
+    TooLarge { name: String, message: String },
 }
 
 impl Error {
@@ -30,6 +34,7 @@ impl Error {
             Error::Parse { .. } => "ConfigUnparsable",
             Error::Patch { .. } => "DropinFailed",
             Error::Invalid(_) => "ConfigInvalid",
+            Error::TooLarge { .. } => "ConfigTooLarge",
         }
     }
 }
@@ -64,6 +69,7 @@ pub fn root_format(key: &str) -> Option<Format> {
 /// Parses one document as YAML or JSON, as Clair does: only the first YAML document counts,
 /// and a top level that is not a mapping reads as `{}`.
 pub fn parse(document: &Document, format: Format) -> Result<Value, Error> {
+    limits::text(document)?;
     let parse_error = |message: String| Error::Parse {
         name: document.name.clone(),
         message,
@@ -83,6 +89,7 @@ pub fn parse(document: &Document, format: Format) -> Result<Value, Error> {
             }
         }
     };
+    limits::value(&document.name, &value)?;
     Ok(match value {
         Value::Object(_) => value,
         _ => Value::Object(Default::default()),
@@ -121,7 +128,9 @@ pub struct Merged {
     pub ignored: Vec<String>,
 }
 
-/// Merges `dropins` over `root` in order, as Clair merges `config.yaml.d/`.
+/// Merges `dropins` over `root` in order, as Clair merges `config.yaml.d/`. Every document
+/// and every step of the merge is held to [`limits`]: a drop-in that would make the config
+/// grow without bound stops at the first step past the limit.
 pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
     let format = root_format(&root.key).ok_or_else(|| Error::Parse {
         name: root.name.clone(),
@@ -134,8 +143,10 @@ pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
             DropinKind::MergePatch => {
                 let patch = parse(dropin, format)?;
                 json_patch::merge(&mut config, &patch);
+                limits::value(&dropin.name, &config)?;
             }
             DropinKind::JsonPatch => {
+                limits::text(dropin)?;
                 let value: Value = match format {
                     Format::Json => {
                         serde_json::from_str(&dropin.text).map_err(|e| Error::Parse {
@@ -153,10 +164,18 @@ pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
                         name: dropin.name.clone(),
                         message: format!("not a JSON Patch (a list of operations): {e}"),
                     })?;
-                json_patch::patch(&mut config, &patch).map_err(|e| Error::Patch {
-                    name: dropin.name.clone(),
-                    message: e.to_string(),
-                })?;
+                limits::operations(&dropin.name, patch.0.len())?;
+                // One operation at a time, each held to the size limit: a `copy` can double
+                // the document, so checking only at the end would come too late.
+                for operation in &patch.0 {
+                    json_patch::patch(&mut config, std::slice::from_ref(operation)).map_err(
+                        |e| Error::Patch {
+                            name: dropin.name.clone(),
+                            message: e.to_string(),
+                        },
+                    )?;
+                    limits::value(&dropin.name, &config)?;
+                }
             }
             DropinKind::Ignored => ignored.push(dropin.name.clone()),
         }
@@ -169,6 +188,7 @@ pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
 fn from_yaml(text: &str) -> Result<Value, serde_saphyr::Error> {
     let mut options = serde_saphyr::Options::default();
     options.strict_booleans = true;
+    options.budget = Some(limits::yaml_budget());
     serde_saphyr::from_str_with_options(text, options)
 }
 

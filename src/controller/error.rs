@@ -1,8 +1,9 @@
 //! The errors of a reconcile, one type per step, each saying what was being read or written
 //! and of which object; and the policy that follows from them: a transient error (the
 //! apiserver busy, a conflict, a dropped connection) is retried soon with a growing,
-//! jittered delay per object; a permanent one (refused as invalid or forbidden) is retried
-//! slowly, since only a change of the object or of the operator's permissions fixes it.
+//! jittered delay per object; one only a change of the resource can fix (the apiserver
+//! refused what its spec produced as invalid) waits for that change; a refusal of the
+//! operator's permissions is retried slowly, since an administrator may fix them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -144,27 +145,49 @@ impl Error {
 
     /// Whether retrying soon may succeed.
     pub fn is_transient(&self) -> bool {
-        match self {
-            Error::Observe(e) => transient(&e.source),
-            Error::Apply(e) => e.kube().is_some_and(transient),
-            Error::Status(e) => transient(&e.source),
-            Error::MissingField(_) => false,
-            Error::Random(_) => true,
-        }
+        self.retry() == Retry::Soon
+    }
+
+    /// When a retry may succeed.
+    pub fn retry(&self) -> Retry {
+        let kube = match self {
+            Error::Observe(e) => Some(&e.source),
+            Error::Apply(ApplyError::Serialize { .. }) => return Retry::OnChange,
+            Error::Apply(e) => e.kube(),
+            Error::Status(e) => Some(&e.source),
+            Error::MissingField(_) => return Retry::OnChange,
+            Error::Random(_) => return Retry::Soon,
+        };
+        kube.map_or(Retry::Slowly, retry_of)
     }
 }
 
+/// When retrying a failed reconcile may succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Any moment: the failure was transient.
+    Soon,
+    /// Once someone changes what the operator may do (its permissions).
+    Slowly,
+    /// Only once the resource (or what it references) changes: what it asks for was refused.
+    OnChange,
+}
+
 /// Transient: the apiserver overloaded or unavailable, a conflict with another writer, an
-/// object gone between two calls, or no answer at all. Anything else it refused (invalid,
-/// forbidden, bad request) stays refused until something changes.
-fn transient(error: &kube::Error) -> bool {
+/// object gone between two calls, or no answer at all. Invalid and bad requests stay refused
+/// until the resource changes; forbidden until the operator's permissions do.
+fn retry_of(error: &kube::Error) -> Retry {
     match error {
-        kube::Error::Api(status) => matches!(status.code, 404 | 408 | 409 | 429 | 500..=599),
+        kube::Error::Api(status) => match status.code {
+            404 | 408 | 409 | 429 | 500..=599 => Retry::Soon,
+            400 | 422 => Retry::OnChange,
+            _ => Retry::Slowly,
+        },
         kube::Error::HyperError(_)
         | kube::Error::Service(_)
         | kube::Error::HttpError(_)
-        | kube::Error::ReadEvents(_) => true,
-        _ => false,
+        | kube::Error::ReadEvents(_) => Retry::Soon,
+        _ => Retry::Slowly,
     }
 }
 
@@ -180,11 +203,16 @@ pub struct RetryPolicy {
 pub const SLOW_RETRY: Duration = Duration::from_secs(300);
 
 impl RetryPolicy {
-    /// The delay before retrying `key` after `error`.
-    pub fn failed(&self, key: &str, error: &Error) -> Duration {
-        if !error.is_transient() {
-            return SLOW_RETRY;
+    /// The delay before retrying `key` after `error`; `None`: wait for a change.
+    pub fn failed(&self, key: &str, error: &Error) -> Option<Duration> {
+        match error.retry() {
+            Retry::Soon => Some(self.backoff(key)),
+            Retry::Slowly => Some(SLOW_RETRY),
+            Retry::OnChange => None,
         }
+    }
+
+    fn backoff(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let count = failures.entry(key.to_string()).or_insert(0);
         *count += 1;
@@ -227,12 +255,13 @@ mod tests {
     #[test]
     fn conflicts_and_overload_are_transient_refusals_are_not() {
         for code in [409, 429, 500, 503, 404] {
-            assert!(observe(code).is_transient(), "{code}");
+            assert_eq!(observe(code).retry(), Retry::Soon, "{code}");
         }
-        for code in [400, 403, 422] {
-            assert!(!observe(code).is_transient(), "{code}");
+        assert_eq!(observe(403).retry(), Retry::Slowly);
+        for code in [400, 422] {
+            assert_eq!(observe(code).retry(), Retry::OnChange, "{code}");
         }
-        assert!(!Error::MissingField("metadata.uid").is_transient());
+        assert_eq!(Error::MissingField("metadata.uid").retry(), Retry::OnChange);
     }
 
     #[test]
@@ -257,16 +286,20 @@ mod tests {
     #[test]
     fn transient_retries_grow_per_object_and_reset_on_success() {
         let policy = RetryPolicy::default();
-        let delays: Vec<Duration> = (0..6).map(|_| policy.failed("a", &observe(503))).collect();
+        let delays: Vec<Duration> = (0..6)
+            .map(|_| policy.failed("a", &observe(503)).expect("a delay"))
+            .collect();
         // Jitter adds up to the delay itself: each stays within [2^n, 2^(n+1)) seconds.
         for (n, delay) in delays.iter().enumerate() {
             let floor = Duration::from_secs(1 << n);
             assert!(*delay >= floor && *delay <= floor * 2, "{n}: {delay:?}");
         }
-        assert!(policy.failed("b", &observe(503)) <= Duration::from_secs(2));
+        let first = |key: &str| policy.failed(key, &observe(503)).expect("a delay");
+        assert!(first("b") <= Duration::from_secs(2));
         policy.succeeded("a");
-        assert!(policy.failed("a", &observe(503)) <= Duration::from_secs(2));
-        assert_eq!(policy.failed("a", &observe(403)), SLOW_RETRY);
+        assert!(first("a") <= Duration::from_secs(2));
+        assert_eq!(policy.failed("a", &observe(403)), Some(SLOW_RETRY));
+        assert_eq!(policy.failed("a", &observe(422)), None);
     }
 
     #[test]

@@ -115,13 +115,20 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     context: Arc<Context>,
 ) -> Action {
     let object = describe(object.as_ref());
-    let delay = context.retries.failed(&object, failure);
-    if failure.is_transient() {
-        warn!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed; retrying");
-    } else {
-        error!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed and will fail again until the object or the operator's permissions change");
+    match context.retries.failed(&object, failure) {
+        Some(delay) if failure.is_transient() => {
+            warn!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed; retrying");
+            Action::requeue(delay)
+        }
+        Some(delay) => {
+            error!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed; retrying slowly: the operator's permissions refuse it");
+            Action::requeue(delay)
+        }
+        None => {
+            error!(%object, reason = failure.reason(), error = %failure, "reconcile failed; waiting for the resource to change: what it asks for was refused");
+            Action::await_change()
+        }
     }
-    Action::requeue(delay)
 }
 
 /// What the apply step came to: `false` when the namespace is being deleted and nothing

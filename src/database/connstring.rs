@@ -8,20 +8,26 @@ use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
 
-/// What is wrong with a connection string. Messages name the setting, never its value when
-/// it may be secret.
+/// What is wrong with a connection string. The string comes from a Secret and a malformed
+/// one is exactly where a password ends up in the wrong place (an unquoted space, an
+/// unencoded `/` or `@` in a URL): messages say where (the setting's position) and what to
+/// do, and never quote any part of the string, not even a key, which may be a fragment of a
+/// password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConnStringError {
     #[error("the connection string is empty")]
     Empty,
-    #[error("the connection string has a setting without `=` near `{0}`")]
-    MissingEquals(String),
-    #[error("the connection string has an unterminated quoted value for `{0}`")]
-    UnterminatedQuote(String),
+    #[error(
+        "setting {0} of the connection string has no `=`: quote a value that holds spaces \
+         (password='...')"
+    )]
+    MissingEquals(usize),
+    #[error("setting {0} of the connection string has a quoted value without its closing `'`")]
+    UnterminatedQuote(usize),
     #[error("the connection string URL is malformed: {0}")]
     BadUrl(&'static str),
     #[error("`{key}` has an invalid value: {why}")]
-    InvalidValue { key: String, why: String },
+    InvalidValue { key: &'static str, why: String },
 }
 
 impl ConnStringError {
@@ -59,12 +65,11 @@ impl TlsMode {
             "require" => TlsMode::Require,
             "verify-ca" => TlsMode::VerifyCa,
             "verify-full" => TlsMode::VerifyFull,
-            other => {
+            _ => {
                 return Err(ConnStringError::InvalidValue {
-                    key: "sslmode".into(),
-                    why: format!(
-                        "`{other}` is not one of disable, allow, prefer, require, verify-ca, verify-full"
-                    ),
+                    key: "sslmode",
+                    why: "it is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                        .into(),
                 });
             }
         })
@@ -105,15 +110,17 @@ impl ConnSettings {
                 .split(',')
                 .map(|p| {
                     p.parse().map_err(|_| ConnStringError::InvalidValue {
-                        key: "port".into(),
-                        why: format!("`{p}` is not a port number"),
+                        key: "port",
+                        why: "it is not a port number (in a URL, a `:`, `/` or `@` in the \
+                              password must be percent-encoded)"
+                            .into(),
                     })
                 })
                 .collect::<Result<_, _>>()?,
         };
         if ports.len() != 1 && ports.len() != hosts.len() {
             return Err(ConnStringError::InvalidValue {
-                key: "port".into(),
+                key: "port",
                 why: format!("{} ports for {} hosts", ports.len(), hosts.len()),
             });
         }
@@ -135,8 +142,8 @@ impl ConnSettings {
             .map(|v| {
                 v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
                     ConnStringError::InvalidValue {
-                        key: "pool_max_conns".into(),
-                        why: format!("`{v}` is not a positive whole number"),
+                        key: "pool_max_conns",
+                        why: "it is not a positive whole number".into(),
                     }
                 })
             })
@@ -175,7 +182,7 @@ impl ConnSettings {
         }
         if config.get_user().is_none() {
             return Err(ConnStringError::InvalidValue {
-                key: "user".into(),
+                key: "user",
                 why: "no user is named; Clair's pods would fall back to their PGUSER".into(),
             });
         }
@@ -229,8 +236,21 @@ fn decode(part: &str) -> Result<String, ConnStringError> {
 /// `[user[:password]@][host[:port][,...]][/dbname][?key=value&...]`, after the scheme.
 fn parse_url(rest: &str) -> Result<BTreeMap<String, String>, ConnStringError> {
     let mut settings = BTreeMap::new();
+    if rest.contains('#') {
+        return Err(ConnStringError::BadUrl(
+            "a `#` must be percent-encoded (%23), in the password too",
+        ));
+    }
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
+    // An `@` after the first `/` or `?` is a password cut short by an unencoded `/` or `?`:
+    // reading on would put the rest of it into the database name or a setting.
+    if path.contains('@') || query.contains('@') {
+        return Err(ConnStringError::BadUrl(
+            "an `@` after the host list: a `/` or `?` in the user name or password must be \
+             percent-encoded (%2F, %3F)",
+        ));
+    }
     let (userinfo, hostlist) = match authority.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
@@ -272,10 +292,10 @@ fn parse_url(rest: &str) -> Result<BTreeMap<String, String>, ConnStringError> {
     if !path.is_empty() {
         settings.insert("dbname".into(), decode(path)?);
     }
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
+    for (index, pair) in query.split('&').filter(|p| !p.is_empty()).enumerate() {
         let (key, value) = pair
             .split_once('=')
-            .ok_or_else(|| ConnStringError::MissingEquals(pair.chars().take(20).collect()))?;
+            .ok_or(ConnStringError::MissingEquals(index + 1))?;
         settings.insert(decode(key)?, decode(value)?);
     }
     Ok(settings)
@@ -285,7 +305,7 @@ fn parse_url(rest: &str) -> Result<BTreeMap<String, String>, ConnStringError> {
 fn parse_key_values(text: &str) -> Result<BTreeMap<String, String>, ConnStringError> {
     let mut settings = BTreeMap::new();
     let mut chars = text.chars().peekable();
-    loop {
+    for position in 1.. {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.peek().is_none() {
             break;
@@ -296,18 +316,18 @@ fn parse_key_values(text: &str) -> Result<BTreeMap<String, String>, ConnStringEr
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.next() != Some('=') {
-            return Err(ConnStringError::MissingEquals(key));
+            return Err(ConnStringError::MissingEquals(position));
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         let mut value = String::new();
         if chars.next_if_eq(&'\'').is_some() {
             loop {
                 match chars.next() {
-                    None => return Err(ConnStringError::UnterminatedQuote(key)),
+                    None => return Err(ConnStringError::UnterminatedQuote(position)),
                     Some('\'') => break,
                     Some('\\') => match chars.next() {
                         Some(c) => value.push(c),
-                        None => return Err(ConnStringError::UnterminatedQuote(key)),
+                        None => return Err(ConnStringError::UnterminatedQuote(position)),
                     },
                     Some(c) => value.push(c),
                 }
@@ -381,11 +401,11 @@ mod tests {
     }
 
     #[test]
-    fn errors_name_the_setting_never_the_password() {
+    fn errors_say_where_never_the_password() {
         for (text, needle) in [
             ("", "empty"),
-            ("host=h password", "password"),
-            ("host=h password='hunter2", "password"),
+            ("host=h password", "setting 2"),
+            ("host=h password='hunter2", "setting 2"),
             ("host=h sslmode=sometimes password=hunter2", "sslmode"),
             ("postgres://u:hunter2@h:notaport/db", "port"),
             ("host=h pool_max_conns=0 password=hunter2", "pool_max_conns"),
@@ -393,6 +413,57 @@ mod tests {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
             assert!(!e.contains("hunter2"), "{text}: {e}");
+        }
+    }
+
+    /// Malformed strings with a marker password in every awkward place: no error message may
+    /// hold four characters of it in a row.
+    pub(crate) const MARKER: &str = "Pw9Marker";
+
+    pub(crate) fn malformed_corpus() -> Vec<String> {
+        let m = MARKER;
+        vec![
+            format!("host=h user=u password={m} x"),
+            format!("host=h user=u password=a {m}"),
+            format!("host=h user=u password=a {m}='b"),
+            format!("host=h user=u password='{m}"),
+            format!("host=h user=u password={m}\\ sslmode={m}"),
+            format!("host=h port={m} user=u"),
+            format!("host=h pool_max_conns={m} user=u"),
+            format!("host=h sslmode={m} user=u"),
+            format!("postgres://u:{m}/x@h/db"),
+            format!("postgres://u:{m}?x@h/db"),
+            format!("postgres://u:{m}#x@h/db"),
+            format!("postgres://u:{m}@h:{m}/db"),
+            format!("postgres://u:a/{m}@h/db"),
+            format!("postgres://u:{m}@h/db?{m}"),
+            format!("postgres://u:{m}@h/db?sslmode={m}"),
+            format!("postgres://u:{m}@h,h2:1,2,3/db"),
+            format!("postgres://u:{m}@[::1/db"),
+            format!("postgres://u:%ff{m}@h/db"),
+            format!("{m}"),
+            format!("{m} {m}"),
+        ]
+    }
+
+    pub(crate) fn leaks(message: &str) -> bool {
+        let chars: Vec<char> = MARKER.chars().collect();
+        chars
+            .windows(4)
+            .any(|w| message.contains(&w.iter().collect::<String>()))
+    }
+
+    #[test]
+    fn no_malformed_string_puts_its_password_in_a_message() {
+        for text in malformed_corpus() {
+            let message = match parse(&text) {
+                Err(e) => e.to_string(),
+                Ok(settings) => match settings.to_client_config(Duration::from_secs(1)) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => settings.describe(),
+                },
+            };
+            assert!(!leaks(&message), "{text}: {message}");
         }
     }
 

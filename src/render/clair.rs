@@ -480,6 +480,9 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
     })
 }
 
+/// How long an upgrade step may run unless the spec says otherwise.
+pub const UPGRADE_STEP_TIMEOUT_SECONDS: i64 = 3600;
+
 /// `NAME-upgrade-pre-v4-9-0`: one Job per step and target version.
 pub fn upgrade_job_name(input: &ClairInput, step: UpgradeStep, version: &str) -> String {
     let version: String = version
@@ -519,6 +522,13 @@ pub fn upgrade_job(input: &ClairInput, step: UpgradeStep, version: &str) -> Job 
         metadata: input.metadata(upgrade_job_name(input, step, version), "upgrade"),
         spec: Some(JobSpec {
             backoff_limit: Some(2),
+            // A hung step fails (the Job's DeadlineExceeded) instead of upgrading forever.
+            active_deadline_seconds: Some(
+                input
+                    .spec
+                    .upgrade_step_timeout_seconds
+                    .unwrap_or(UPGRADE_STEP_TIMEOUT_SECONDS),
+            ),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),
@@ -673,7 +683,13 @@ mod tests {
             job.metadata.name.as_deref(),
             Some("clair-upgrade-pre-v4-9-0")
         );
-        let pod = job.spec.unwrap().template.spec.unwrap();
+        let job_spec = job.spec.unwrap();
+        // A hung step fails instead of holding the Clair in Upgrading.
+        assert_eq!(
+            job_spec.active_deadline_seconds,
+            Some(UPGRADE_STEP_TIMEOUT_SECONDS)
+        );
+        let pod = job_spec.template.spec.unwrap();
         assert_eq!(
             pod.containers[0].command.as_ref().unwrap(),
             &[

@@ -42,10 +42,12 @@ pub const CLAIR_UID: i64 = 65534;
 pub const POSTGRES_UID: i64 = 999;
 
 /// A pod that runs as non-root under the runtime's default seccomp profile; as `uid` (user
-/// and group, and the group owning its volumes) unless the platform assigns users.
+/// and group, and the group owning its volumes) unless the platform assigns users. None of
+/// the operator's pods talks to the apiserver: no ServiceAccount token is mounted.
 pub fn restricted_pod(users: PodUsers, uid: i64) -> PodSpec {
     let numeric = (users == PodUsers::Numeric).then_some(uid);
     PodSpec {
+        automount_service_account_token: Some(false),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: numeric,
@@ -81,5 +83,9 @@ mod tests {
         assert_eq!(openshift.run_as_group, None);
         assert_eq!(openshift.fs_group, None);
         assert_eq!(openshift.run_as_non_root, Some(true));
+        assert_eq!(
+            restricted_pod(PodUsers::Numeric, CLAIR_UID).automount_service_account_token,
+            Some(false)
+        );
     }
 }

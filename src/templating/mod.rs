@@ -14,11 +14,8 @@ pub mod template;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::{Client, ResourceExt};
 
 use crate::api::keys::{TEMPLATE_INPUT, TEMPLATE_OUTPUT};
@@ -99,33 +96,13 @@ async fn check_access(
     namespace: &str,
     reference: &Reference,
 ) -> Result<(), Refusal> {
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: user.username.clone(),
-            groups: user.groups.clone(),
-            uid: user.uid.clone(),
-            extra: user.extra.clone(),
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(namespace.to_string()),
-                verb: Some("get".to_string()),
-                resource: Some(reference.kind.resource().to_string()),
-                name: Some(reference.name.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let reviewed = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await?;
-    if reviewed.status.is_some_and(|s| s.allowed) {
+    let resource = reference.kind.resource();
+    if crate::sources::may_get(client, user, namespace, resource, &reference.name).await? {
         Ok(())
     } else {
         Err(Refusal::Request(format!(
-            "{reference}: user {} may not get {} {} in {namespace}, so the template may not use it",
+            "{reference}: user {} may not get {resource} {} in {namespace}, so the template may not use it",
             user.username.as_deref().unwrap_or("(unknown)"),
-            reference.kind.resource(),
             reference.name
         )))
     }

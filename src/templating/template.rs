@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::clairconfig::{self, Document, Format};
+use crate::clairconfig::{self, Document, Format, limits};
 
 /// The kind of object a reference names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,7 +53,13 @@ pub enum Error {
     Malformed { reference: String },
     #[error("cannot write the rendered config: {0}")]
     Encode(String),
+    #[error("{0}")]
+    TooLarge(String),
 }
+
+/// The most distinct references one template may hold: each is a read (and an access
+/// check) by the operator.
+pub const MAX_REFERENCES: usize = 50;
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'
@@ -148,30 +154,59 @@ pub fn references(template: &Value) -> Result<Vec<Reference>, Error> {
     })?;
     all.sort();
     all.dedup();
+    if all.len() > MAX_REFERENCES {
+        return Err(Error::TooLarge(format!(
+            "the template names {} different objects' keys; at most {MAX_REFERENCES}",
+            all.len()
+        )));
+    }
     Ok(all)
 }
 
-fn substitute(value: &mut Value, values: &BTreeMap<Reference, String>) -> Result<(), Error> {
+/// Replaces the references in `value`'s strings, spending the text written from `left`: a
+/// value used ten thousand times stops at the limit instead of filling memory.
+fn substitute(
+    value: &mut Value,
+    values: &BTreeMap<Reference, String>,
+    left: &mut usize,
+) -> Result<(), Error> {
+    let too_large = || {
+        Error::TooLarge(format!(
+            "the rendered config would exceed {} bytes (1 MiB), the most a config may hold",
+            limits::MAX_DOCUMENT_BYTES
+        ))
+    };
+    let spend = |text: &str, left: &mut usize| -> Result<(), Error> {
+        *left = left.checked_sub(text.len()).ok_or_else(too_large)?;
+        Ok(())
+    };
     match value {
         Value::String(s) => {
             let mut out = String::with_capacity(s.len());
             let mut last = 0;
             for (range, reference) in scan(s)? {
-                out.push_str(&s[last..range.start]);
-                out.push_str(
-                    values
-                        .get(&reference)
-                        .map(String::as_str)
-                        .unwrap_or_default(),
-                );
+                let literal = &s[last..range.start];
+                let substituted = values
+                    .get(&reference)
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                spend(literal, left)?;
+                spend(substituted, left)?;
+                out.push_str(literal);
+                out.push_str(substituted);
                 last = range.end;
             }
+            spend(&s[last..], left)?;
             out.push_str(&s[last..]);
             *s = out;
             Ok(())
         }
-        Value::Array(items) => items.iter_mut().try_for_each(|v| substitute(v, values)),
-        Value::Object(map) => map.values_mut().try_for_each(|v| substitute(v, values)),
+        Value::Array(items) => items
+            .iter_mut()
+            .try_for_each(|v| substitute(v, values, left)),
+        Value::Object(map) => map
+            .values_mut()
+            .try_for_each(|v| substitute(v, values, left)),
         _ => Ok(()),
     }
 }
@@ -185,7 +220,8 @@ pub fn render(
     values: &BTreeMap<Reference, String>,
 ) -> Result<String, Error> {
     let mut rendered = template.clone();
-    substitute(&mut rendered, values)?;
+    let mut left = limits::MAX_DOCUMENT_BYTES;
+    substitute(&mut rendered, values, &mut left)?;
     match format {
         Format::Json => {
             serde_json::to_string_pretty(&rendered).map_err(|e| Error::Encode(e.to_string()))
@@ -252,5 +288,23 @@ mod tests {
         let (template, _) = parse("in.yaml", "a: configmap://UPPER/key\n").unwrap();
         assert!(references(&template).is_err());
         assert!(parse("in.txt", "a: 1").is_err());
+    }
+
+    #[test]
+    fn a_value_repeated_ten_thousand_times_stops_at_the_limit() {
+        let text = format!(
+            "a: [{}]\n",
+            vec!["configmap://big/value"; 10_000].join(", ")
+        );
+        let (template, format) = parse("in.yaml", &text).unwrap();
+        let refs = references(&template).unwrap();
+        let values = BTreeMap::from([(refs[0].clone(), "x".repeat(100 * 1024))]);
+        let error = render(&template, format, &values).expect_err("refused");
+        assert!(matches!(error, Error::TooLarge(_)), "{error}");
+        let many: Vec<String> = (0..=MAX_REFERENCES)
+            .map(|i| format!("configmap://c{i}/k"))
+            .collect();
+        let (template, _) = parse("in.yaml", &format!("a: [{}]\n", many.join(", "))).unwrap();
+        assert!(matches!(references(&template), Err(Error::TooLarge(_))));
     }
 }

@@ -75,8 +75,34 @@ async fn validate_resource(State(client): State<Client>, Json(review): Review) -
         };
         let kind = request.kind.kind.as_str();
         let namespace = request.namespace.clone().unwrap_or_default();
+        let sources = resources::sources(object, kind);
+        // The operator will read these with its own access: the writer must be able to.
+        for source in &sources {
+            let Some(secret) = &source.secret else {
+                continue;
+            };
+            let user = &request.user_info;
+            match crate::sources::may_get(&client, user, &namespace, "secrets", &secret.name).await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    return response.deny(format!(
+                        "the {kind} names Secret {}, which user {} may not get in {namespace}: \
+                         the operator would read it on their behalf",
+                        secret.name,
+                        user.username.as_deref().unwrap_or("(unknown)")
+                    ));
+                }
+                Err(e) => {
+                    return response.deny(format!(
+                        "cannot check access to Secret {}: {e}",
+                        secret.name
+                    ));
+                }
+            }
+        }
         let mut fetched = Vec::new();
-        for source in resources::sources(object, kind) {
+        for source in sources {
             let found = match crate::sources::read_source(&client, &namespace, &source).await {
                 Ok(Ok(document)) => Ok(document.text),
                 Ok(Err(missing)) => Err(missing),

@@ -5,6 +5,7 @@
 mod clair;
 mod clairconfig;
 mod crds;
+mod hardening;
 mod services;
 mod support;
 mod webhook;
@@ -27,6 +28,9 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         clair::the_rendered_configs_run_real_clair_services_and_updaters,
         clair::an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll,
         clair::a_resource_or_namespace_being_deleted_gets_nothing_applied,
+        hardening::config_bombs_are_refused_and_the_operator_keeps_serving,
+        hardening::no_malformed_connection_string_leaks_its_password,
+        hardening::a_resource_may_not_name_a_secret_its_writer_cannot_read,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

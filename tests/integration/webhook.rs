@@ -26,7 +26,7 @@ fn labelled(kind: &str, name: &str, body: &str) -> String {
     )
 }
 
-async fn webhook_registered(env: &TestEnv) -> anyhow::Result<()> {
+pub async fn webhook_registered(env: &TestEnv) -> anyhow::Result<()> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client().await?);
     eventually(Duration::from_secs(60), "the webhook configuration", || {
         let api = api.clone();

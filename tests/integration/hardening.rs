@@ -1,0 +1,229 @@
+//! Attacks by a tenant who may write ConfigMaps, Secrets and the operator's resources in
+//! their own namespace, tried on the real control plane: each must fail, and the operator
+//! must keep serving everyone else.
+
+use anyhow::{Context, ensure};
+use clair_operator::api::Phase;
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde_json::{Value, json};
+
+use crate::support::TestEnv;
+use crate::support::clair::{
+    apply_json, condition, create_clair, external_databases, external_spec, notifier_dropin,
+    phase_is, wait_clair,
+};
+
+/// A JSON Patch drop-in (JSON is YAML) of `copies` operations that each double an array:
+/// 2^`copies` elements if applied. About 3 KB.
+fn doubling_patch(copies: usize) -> String {
+    let mut operations =
+        vec![json!({"op": "add", "path": "/bomb", "value": ["0123456789abcdef0123456789abcdef"]})];
+    operations
+        .extend((0..copies).map(|_| json!({"op": "copy", "from": "/bomb", "path": "/bomb/-"})));
+    Value::Array(operations).to_string()
+}
+
+pub async fn config_bombs_are_refused_and_the_operator_keeps_serving(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("bombs").await?;
+    external_databases(env, &client, &ns).await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    apply_json::<ConfigMap>(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bomb"},
+               "data": {"bomb.yaml-patch": doubling_patch(40)}}),
+    )
+    .await?;
+
+    // A Clair that takes the bomb as a drop-in: refused, naming the limit, nothing runs.
+    let mut bombed = external_spec();
+    bombed["dropins"]
+        .as_array_mut()
+        .context("dropins")?
+        .push(json!({"configMap": {"name": "bomb", "key": "bomb.yaml-patch"}}));
+    create_clair(&client, &ns, "bombed", bombed).await?;
+    let clair = wait_clair(&client, &ns, "bombed", "ConfigValid=False", |c| {
+        condition(c, "ConfigValid").is_some_and(|c| c.status == "False")
+    })
+    .await?;
+    let config = condition(&clair, "ConfigValid").context("no ConfigValid")?;
+    ensure!(
+        config.message.contains("1 MiB") && config.message.contains("bomb.yaml-patch"),
+        "the condition names neither the limit nor the drop-in: {config:?}"
+    );
+    ensure!(
+        clair.status.as_ref().and_then(|s| s.phase) == Some(Phase::Pending),
+        "{:?}",
+        clair.status
+    );
+
+    // The operator is still there for everyone else.
+    create_clair(&client, &ns, "fine", external_spec()).await?;
+    wait_clair(
+        &client,
+        &ns,
+        "fine",
+        "the other Clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+
+    // The templating webhook refuses a template that repeats a large value ten thousand times.
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  value: {}\n",
+        "x".repeat(200 * 1024)
+    );
+    let apply = ["apply", "--server-side", "-f", "-"];
+    ensure!(env.kubectl_run(&ns, &apply, Some(&big))?.success);
+    let references = vec!["configmap://big/value"; 10_000].join(", ");
+    let template = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: exploded\n  labels:\n    clair.projectquay.io/template-config: \"true\"\n  annotations:\n    clair.projectquay.io/template-input: config.yaml.in\n    clair.projectquay.io/template-output: config.yaml\ndata:\n  config.yaml.in: |\n    a: [{references}]\n"
+    );
+    let refused = env.kubectl_run(&ns, &apply, Some(&template))?;
+    ensure!(
+        !refused.success && refused.stderr.contains("1 MiB"),
+        "the template bomb was not refused for its size: {}",
+        refused.stderr
+    );
+    Ok(())
+}
+
+/// The marker password planted in every malformed connection string below.
+const MARKER: &str = "Pw9Marker";
+
+/// Whether `text` holds four characters of [`MARKER`] in a row.
+fn leaks(text: &str) -> bool {
+    let chars: Vec<char> = MARKER.chars().collect();
+    chars
+        .windows(4)
+        .any(|w| text.contains(&w.iter().collect::<String>()))
+}
+
+/// Connection strings a hurried user writes: a password with a space, a quote left open, an
+/// unencoded `/`, `?`, `#` or `@` in a URL, a password where a port or a mode belongs.
+fn malformed_strings() -> Vec<String> {
+    let m = MARKER;
+    vec![
+        format!("host=db user=u password={m} x"),
+        format!("host=db user=u password=a {m}"),
+        format!("host=db user=u password='{m}"),
+        format!("host=db port={m} user=u"),
+        format!("host=db sslmode={m} user=u password=p"),
+        format!("host=db pool_max_conns={m} user=u"),
+        format!("postgres://u:{m}/x@db/clair"),
+        format!("postgres://u:{m}?x@db/clair"),
+        format!("postgres://u:{m}#x@db/clair"),
+        format!("postgres://u:a/{m}@db/clair"),
+        format!("postgres://u:{m}@db:{m}/clair"),
+        format!("postgres://u:p@db/clair?{m}"),
+    ]
+}
+
+pub async fn no_malformed_connection_string_leaks_its_password(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Event, Secret};
+    use kube::api::{Api, ListParams};
+
+    let client = env.client().await?;
+    let ns = env.namespace("leaks").await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let strings = malformed_strings();
+    for (i, text) in strings.iter().enumerate() {
+        apply_json::<Secret>(
+            &client,
+            &ns,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("db-{i}")},
+                   "stringData": {"indexer": text, "matcher": text, "notifier": text}}),
+        )
+        .await?;
+        let mut spec = external_spec();
+        for service in ["indexer", "matcher", "notifier"] {
+            spec["database"]["external"][service]["name"] = json!(format!("db-{i}"));
+        }
+        create_clair(&client, &ns, &format!("c-{i}"), spec).await?;
+    }
+    for (i, text) in strings.iter().enumerate() {
+        let clair = wait_clair(
+            &client,
+            &ns,
+            &format!("c-{i}"),
+            "DatabaseReady=False",
+            |c| condition(c, "DatabaseReady").is_some_and(|d| d.status == "False"),
+        )
+        .await?;
+        let database = condition(&clair, "DatabaseReady").context("DatabaseReady")?;
+        ensure!(
+            database.reason == "DatabaseMisconfigured",
+            "c-{i} ({text}): {database:?}"
+        );
+    }
+    // Everything the operator wrote that others may read, and everything it logged.
+    let mut readable = Vec::new();
+    let clairs: Api<clair_operator::api::Clair> = Api::namespaced(client.clone(), &ns);
+    for clair in clairs.list(&ListParams::default()).await? {
+        readable.push(serde_json::to_string(&clair.status)?);
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    for event in events.list(&ListParams::default()).await? {
+        readable.push(serde_json::to_string(&event)?);
+    }
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for map in maps.list(&ListParams::default()).await? {
+        readable.push(serde_json::to_string(&map.data)?);
+    }
+    readable.push(std::fs::read_to_string(
+        env.plane.dir().join("logs/operator.log"),
+    )?);
+    let leaked: Vec<&String> = readable.iter().filter(|t| leaks(t)).collect();
+    ensure!(
+        leaked.is_empty(),
+        "a fragment of the password appeared in: {}",
+        leaked
+            .iter()
+            .map(|t| t.chars().take(400).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    );
+    Ok(())
+}
+
+pub async fn a_resource_may_not_name_a_secret_its_writer_cannot_read(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    crate::webhook::webhook_registered(env).await?;
+    let client = env.client().await?;
+    let ns = env.namespace("borrowed-secret").await?;
+    external_databases(env, &client, &ns).await?;
+    // alice may write Clairs here, and read ConfigMaps, but no Secret.
+    let rbac = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: clair-writer\nrules:\n- apiGroups: [clair.projectquay.io]\n  resources: [clairs]\n  verbs: [create, get, update, patch]\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: alice-clair-writer\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: clair-writer\nsubjects:\n- kind: User\n  name: alice\n";
+    let apply = ["apply", "--server-side", "-f", "-"];
+    ensure!(env.kubectl_run(&ns, &apply, Some(rbac))?.success);
+    let clair = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Clair\nmetadata:\n  name: borrowed\nspec:\n  notifier:\n    enabled: false\n  database:\n    external:\n      indexer: {name: databases, key: indexer}\n      matcher: {name: databases, key: matcher}\n";
+    for dry_run in [true, false] {
+        let mut args = vec!["create", "-f", "-"];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let refused = env.kubectl_run_as("alice", &ns, &args, Some(clair))?;
+        ensure!(
+            !refused.success
+                && refused.stderr.contains("Secret databases")
+                && refused.stderr.contains("may not get"),
+            "alice named a Secret she may not read (dry run {dry_run}): {}",
+            refused.stderr
+        );
+        ensure!(
+            !leaks(&refused.stderr) && !refused.stderr.contains("password"),
+            "{}",
+            refused.stderr
+        );
+    }
+    // The administrator, who may read it, may name it.
+    let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(clair))?;
+    ensure!(created.success, "{}", created.stderr);
+    Ok(())
+}
