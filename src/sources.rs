@@ -44,6 +44,7 @@ pub async fn read_source(
                 name: format!("{name} key {}", reference.key),
                 key: reference.key.clone(),
                 text,
+                secret: false,
             }),
             None => Err(format!("{name} has no key {}", reference.key)),
         });
@@ -72,6 +73,7 @@ pub async fn read_source(
                     name: format!("{name} key {}", reference.key),
                     key: reference.key.clone(),
                     text,
+                    secret: true,
                 }),
                 Err(_) => Err(format!("{name} key {} is not UTF-8 text", reference.key)),
             },

@@ -17,10 +17,10 @@ fuzz_target!(|data: &[u8]| {
     } else {
         ("config.yaml", "10.yaml", "20.yaml-patch")
     };
-    let root = Document { name: "root".into(), key: root_key.into(), text: root_text.to_string() };
+    let root = Document { name: "root".into(), key: root_key.into(), text: root_text.to_string(), secret: false };
     let dropins = [
-        Document { name: "merge".into(), key: merge_key.into(), text: dropin_text.to_string() },
-        Document { name: "patch".into(), key: patch_key.into(), text: dropin_text.to_string() },
+        Document { name: "merge".into(), key: merge_key.into(), text: dropin_text.to_string(), secret: false },
+        Document { name: "patch".into(), key: patch_key.into(), text: dropin_text.to_string(), secret: false },
     ];
     for mode in [ServiceKind::Indexer, ServiceKind::Matcher, ServiceKind::Notifier] {
         let _ = clairconfig::check(&root, &[], mode);

@@ -15,6 +15,7 @@ fn document(path: &Path) -> std::io::Result<Document> {
         name: path.display().to_string(),
         key,
         text: std::fs::read_to_string(path)?,
+        secret: false,
     })
 }
 

@@ -116,6 +116,7 @@ mod tests {
             name: format!("ConfigMap bomb key {key}"),
             key: key.into(),
             text,
+            secret: false,
         }
     }
 

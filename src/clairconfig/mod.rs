@@ -53,6 +53,10 @@ pub struct Document {
     pub name: String,
     pub key: String,
     pub text: String,
+    /// Read from a Secret: messages about a config it is part of quote none of its values
+    /// (see [`redact`]), since they end in conditions and Events anyone who reads the
+    /// resource sees.
+    pub secret: bool,
 }
 
 /// The format of a root key (`.yaml` or `.json`; Clair refuses anything else).
@@ -213,8 +217,45 @@ impl Checked {
     }
 }
 
-/// Merges and validates, as Clair does at start-up in `mode`.
+/// Merges and validates, as Clair does at start-up in `mode`. When any document comes from
+/// a Secret, every message is [`redact`]ed.
 pub fn check(root: &Document, dropins: &[Document], mode: ServiceKind) -> Checked {
+    let mut checked = check_documents(root, dropins, mode);
+    if root.secret || dropins.iter().any(|d| d.secret) {
+        for problem in &mut checked.problems {
+            problem.message = redact(&problem.message);
+        }
+    }
+    checked
+}
+
+/// A message with every quoted value (`"..."`, as the validator and the parsers quote them)
+/// replaced by `"…"`, and anything after its first line (a parser's source snippet) dropped.
+pub fn redact(message: &str) -> String {
+    let first_line = message.lines().next().unwrap_or_default();
+    let mut out = String::with_capacity(first_line.len());
+    let mut chars = first_line.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            out.push(c);
+            continue;
+        }
+        // Skip to the closing quote, honouring backslash escapes.
+        while let Some(inner) = chars.next() {
+            match inner {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => break,
+                _ => {}
+            }
+        }
+        out.push_str("\"…\"");
+    }
+    out
+}
+
+fn check_documents(root: &Document, dropins: &[Document], mode: ServiceKind) -> Checked {
     match merge(root, dropins) {
         Err(e) => Checked {
             config: None,
@@ -253,11 +294,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn messages_about_a_secret_sourced_config_quote_no_value() {
+        assert_eq!(
+            redact(r#"log_level: unknown level "hunter\"2": use one of debug, info"#),
+            r#"log_level: unknown level "…": use one of debug, info"#
+        );
+        assert_eq!(redact("bad\n  3 | password: hunter2\n    ^"), "bad");
+        let mut secret = doc(
+            "config.yaml",
+            "log_level: hunter2\nnotifier:\n  poll_interval: sekrit9\n",
+        );
+        secret.secret = true;
+        let checked = check(&secret, &[], ServiceKind::Notifier);
+        let errors = checked.errors().join("; ");
+        assert!(!errors.is_empty());
+        assert!(
+            !errors.contains("hunter2") && !errors.contains("sekrit9"),
+            "{errors}"
+        );
+        secret.secret = false;
+        let plain = check(&secret, &[], ServiceKind::Notifier)
+            .errors()
+            .join("; ");
+        assert!(
+            plain.contains("hunter2"),
+            "a ConfigMap's values may be quoted: {plain}"
+        );
+    }
+
     fn doc(key: &str, text: &str) -> Document {
         Document {
             name: format!("ConfigMap c key {key}"),
             key: key.into(),
             text: text.into(),
+            secret: false,
         }
     }
 

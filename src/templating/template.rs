@@ -140,6 +140,7 @@ pub fn parse(key: &str, text: &str) -> Result<(Value, Format), Error> {
         name: format!("key {key}"),
         key: key.to_string(),
         text: text.to_string(),
+        secret: false,
     };
     let value = clairconfig::parse(&document, format).map_err(|e| Error::Config(e.to_string()))?;
     Ok((value, format))

@@ -30,6 +30,7 @@ fn service_checks(
                     .unwrap_or_default(),
                 key: source.key().map(|k| k.key.clone()).unwrap_or_default(),
                 text,
+                secret: source.secret.is_some(),
             }),
             Err(missing) => warnings.push(format!(
                 "{missing}: the service stays Pending until it exists"

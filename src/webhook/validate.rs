@@ -53,6 +53,7 @@ pub fn config_object(object: &DynamicObject, kind: &str) -> Verdict {
         name: format!("{kind} {name} key {key}"),
         key,
         text,
+        secret: kind == "Secret",
     };
     let modes = [
         ServiceKind::Indexer,

@@ -161,6 +161,29 @@ pub async fn no_malformed_connection_string_leaks_its_password(
             "c-{i} ({text}): {database:?}"
         );
     }
+    // A drop-in kept in a Secret with a bad value: the condition names the field, not the
+    // value.
+    external_databases(env, &client, &ns).await?;
+    apply_json::<Secret>(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-dropin"},
+               "stringData": {"extra.yaml": format!("log_level: {MARKER}\n")}}),
+    )
+    .await?;
+    let mut spec = external_spec();
+    spec["dropins"]
+        .as_array_mut()
+        .context("dropins")?
+        .push(json!({"secret": {"name": "secret-dropin", "key": "extra.yaml"}}));
+    create_clair(&client, &ns, "dropin", spec).await?;
+    let clair = wait_clair(&client, &ns, "dropin", "ConfigValid=False", |c| {
+        condition(c, "ConfigValid").is_some_and(|c| c.status == "False")
+    })
+    .await?;
+    let config = condition(&clair, "ConfigValid").context("ConfigValid")?;
+    ensure!(config.message.contains("log_level"), "{config:?}");
+
     // Everything the operator wrote that others may read, and everything it logged.
     let mut readable = Vec::new();
     let clairs: Api<clair_operator::api::Clair> = Api::namespaced(client.clone(), &ns);

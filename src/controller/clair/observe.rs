@@ -194,6 +194,8 @@ async fn config(
         ),
         key: ROOT_KEY.to_string(),
         text: root.to_string(),
+        // It holds the connection strings and the PSK.
+        secret: true,
     };
     let mut dropins = Vec::new();
     for (index, source) in input.spec.dropins.iter().enumerate() {
