@@ -286,7 +286,10 @@ fn run(args: RunArgs) -> Result<(), String> {
             let until = until_stopped(stopped.clone());
             tokio::spawn(webhook::register::run(client.clone(), settings, until))
         });
-        let controllers = controller::run(client, until_stopped(stopped));
+        let controllers = controller::Controllers {
+            template_rerendering: webhook.is_some(),
+        };
+        let controllers = controller::run(client, controllers, until_stopped(stopped));
         tokio::pin!(controllers);
         tokio::select! {
             _ = &mut controllers => {}

@@ -279,20 +279,45 @@ impl Context {
     }
 }
 
-/// Runs the controllers (`Clair`, the three service kinds, and template re-rendering) until
-/// `shutdown` resolves.
+/// Which controllers run.
+#[derive(Clone, Copy, Debug)]
+pub struct Controllers {
+    /// Re-render templated ConfigMaps and Secrets when what they reference changes. Only
+    /// with the templating webhook: it renders with the operator's access, which is safe only
+    /// for objects whose author the webhook checked.
+    pub template_rerendering: bool,
+}
+
+/// Runs the controllers (`Clair`, the three service kinds, and template re-rendering when
+/// asked) until `shutdown` resolves.
 pub async fn run(
     client: Client,
+    controllers: Controllers,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let context = Context::new(client);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let templates = async {
+        if controllers.template_rerendering {
+            futures::join!(
+                templates::run::<k8s_openapi::api::core::v1::ConfigMap>(
+                    context.clone(),
+                    shutdown.clone()
+                ),
+                templates::run::<k8s_openapi::api::core::v1::Secret>(
+                    context.clone(),
+                    shutdown.clone()
+                ),
+            );
+        } else {
+            tracing::info!("no template re-rendering: it runs only with the templating webhook");
+        }
+    };
     futures::join!(
         clair::run(context.clone(), shutdown.clone()),
         service::run::<crate::api::Indexer>(context.clone(), shutdown.clone()),
         service::run::<crate::api::Matcher>(context.clone(), shutdown.clone()),
         service::run::<crate::api::Notifier>(context.clone(), shutdown.clone()),
-        templates::run::<k8s_openapi::api::core::v1::ConfigMap>(context.clone(), shutdown.clone()),
-        templates::run::<k8s_openapi::api::core::v1::Secret>(context, shutdown),
+        templates,
     );
 }

@@ -15,7 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 use serde_json::{Value, json};
 
-use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
+use super::pod::{
+    CLAIR_UID, PodUsers, restricted_container, restricted_pod, with_default_requests,
+};
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
 use crate::api::ServiceKind;
 use crate::api::clair::{ServiceOverrides, UpdaterMode, UpgradeStep};
@@ -386,7 +388,7 @@ fn clairctl_pod(
         name: name.to_string(),
         image: Some(input.image()),
         command: Some(command),
-        resources,
+        resources: Some(with_default_requests(resources, "100m", "128Mi")),
         volume_mounts: Some(mounts),
         // clairctl writes its scratch files under $TMPDIR.
         env: Some(vec![k8s_openapi::api::core::v1::EnvVar {

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::clair::{ClairInput, ConnStrings};
-use super::pod::{POSTGRES_UID, restricted_container, restricted_pod};
+use super::pod::{POSTGRES_UID, restricted_container, restricted_pod, with_default_requests};
 use crate::api::ServiceKind;
 use crate::api::clair::ManagedDatabase;
 use crate::api::labels;
@@ -300,7 +300,11 @@ pub fn statefulset(input: &ClairInput, managed: &ManagedDatabase, engine: &Engin
             period_seconds: Some(30),
             ..ready
         }),
-        resources: managed.resources.clone(),
+        resources: Some(with_default_requests(
+            managed.resources.clone(),
+            "100m",
+            "256Mi",
+        )),
         volume_mounts: Some(vec![
             volume_mount("data", "/var/lib/postgresql/data"),
             volume_mount("bootstrap", "/docker-entrypoint-initdb.d"),

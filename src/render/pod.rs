@@ -1,9 +1,13 @@
 //! Pod and container settings every workload the operator runs shares: what the
 //! `restricted` Pod Security Standard asks for, and the user the pod runs as.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
+    Capabilities, Container, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// A container that cannot gain privileges, runs as non-root with no capabilities and a
 /// read-only root filesystem. Fill in the rest with `..restricted_container()`.
@@ -21,6 +25,23 @@ pub fn restricted_container() -> Container {
         }),
         ..Default::default()
     }
+}
+
+/// `resources`, or requests of `cpu` and `memory` when none are given: a pod without
+/// requests is scheduled as if it cost nothing and is the first evicted under pressure.
+/// No limits are added: they would throttle Clair's bursts and change its pool sizes.
+pub fn with_default_requests(
+    resources: Option<ResourceRequirements>,
+    cpu: &str,
+    memory: &str,
+) -> ResourceRequirements {
+    resources.unwrap_or_else(|| ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity(cpu.to_string())),
+            ("memory".to_string(), Quantity(memory.to_string())),
+        ])),
+        ..Default::default()
+    })
 }
 
 /// Who picks the numeric user a pod runs as.
@@ -86,6 +107,23 @@ mod tests {
         assert_eq!(
             restricted_pod(PodUsers::Numeric, CLAIR_UID).automount_service_account_token,
             Some(false)
+        );
+    }
+
+    #[test]
+    fn pods_without_resources_get_requests_and_given_ones_are_kept() {
+        let defaulted = with_default_requests(None, "100m", "256Mi");
+        let requests = defaulted.requests.unwrap();
+        assert_eq!(requests["cpu"].0, "100m");
+        assert_eq!(requests["memory"].0, "256Mi");
+        assert!(defaulted.limits.is_none());
+        let given = ResourceRequirements {
+            limits: Some(BTreeMap::from([("cpu".into(), Quantity("2".into()))])),
+            ..Default::default()
+        };
+        assert_eq!(
+            with_default_requests(Some(given.clone()), "1", "1Gi"),
+            given
         );
     }
 }

@@ -23,7 +23,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
-use super::pod::{CLAIR_UID, PodUsers, restricted_container, restricted_pod};
+use super::pod::{
+    CLAIR_UID, PodUsers, restricted_container, restricted_pod, with_default_requests,
+};
 use crate::api::labels;
 use crate::api::{DEFAULT_IMAGE, ServiceKind, ServiceSpec};
 
@@ -210,7 +212,11 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         startup_probe: Some(probe("/readyz", 5, 60)),
         readiness_probe: Some(probe("/readyz", 10, 3)),
         liveness_probe: Some(probe("/healthz", 20, 3)),
-        resources: pod.resources.clone(),
+        resources: Some(with_default_requests(
+            pod.resources.clone(),
+            "100m",
+            "256Mi",
+        )),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: "config".to_string(),

@@ -90,7 +90,10 @@ impl Operator {
                         webhook,
                         until_stopped(stopped.clone()),
                     ));
-                    controller::run(client, until_stopped(stopped)).await;
+                    let controllers = controller::Controllers {
+                        template_rerendering: true,
+                    };
+                    controller::run(client, controllers, until_stopped(stopped)).await;
                     match webhook.await {
                         Ok(Err(e)) => eprintln!("operator: webhook: {e}"),
                         Err(e) => eprintln!("operator: webhook task: {e}"),
