@@ -11,8 +11,8 @@ const LAYERS: &[&[&str]] = &[
     &["clairconfig", "database"],
     // The pure core: phase machines, builders of owned objects, CRD generation.
     &["machine", "render", "crdgen"],
-    // Reading the ConfigMap and Secret keys resources reference.
-    &["sources"],
+    // Reading the ConfigMap and Secret keys resources reference; the images they may run.
+    &["sources", "images"],
     // Resolving template references.
     &["templating"],
     // The controllers and the admission webhooks.

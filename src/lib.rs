@@ -7,6 +7,7 @@ pub mod controller;
 pub mod crdgen;
 pub mod database;
 pub mod generated;
+pub mod images;
 pub mod machine;
 pub mod render;
 pub mod sources;

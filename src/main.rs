@@ -97,12 +97,21 @@ struct RunArgs {
     /// cert-manager writes them) instead of issuing one; changed files are reloaded.
     #[arg(long)]
     webhook_cert_dir: Option<PathBuf>,
-    /// Run without the admission webhook.
+    /// Run without the admission webhook (and without re-rendering templates).
     #[arg(long)]
     no_webhook: bool,
+    /// Image repositories resources may run, as prefixes (`quay.io/projectquay/,
+    /// registry.example/clair`); every image when unset. Others are refused by the webhook
+    /// and never rendered.
+    #[arg(long, env = "CLAIR_OPERATOR_ALLOWED_IMAGES", value_delimiter = ',')]
+    allowed_images: Vec<String>,
 }
 
 impl RunArgs {
+    fn images(&self) -> clair_operator::images::ImagePolicy {
+        clair_operator::images::ImagePolicy::new(self.allowed_images.iter().cloned())
+    }
+
     fn webhook(&self) -> Result<Option<webhook::register::Settings>, String> {
         if self.no_webhook {
             return Ok(None);
@@ -141,6 +150,7 @@ impl RunArgs {
             namespace: namespace.to_string(),
             recheck: std::time::Duration::from_secs(60),
             mounted: self.webhook_cert_dir.clone(),
+            images: self.images(),
         }))
     }
 }
@@ -264,6 +274,7 @@ fn diagrams(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> 
 
 fn run(args: RunArgs) -> Result<(), String> {
     let webhook_settings = args.webhook()?;
+    let images = args.images();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -287,6 +298,7 @@ fn run(args: RunArgs) -> Result<(), String> {
             tokio::spawn(webhook::register::run(client.clone(), settings, until))
         });
         let controllers = controller::Controllers {
+            images,
             template_rerendering: webhook.is_some(),
         };
         let controllers = controller::run(client, controllers, until_stopped(stopped));

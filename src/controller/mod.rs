@@ -262,10 +262,12 @@ pub struct Context {
     pub recorder: Recorder,
     pub capabilities: capabilities::Capabilities,
     pub retries: RetryPolicy,
+    /// The images resources may run.
+    pub images: crate::images::ImagePolicy,
 }
 
 impl Context {
-    pub fn new(client: Client) -> Arc<Self> {
+    pub fn new(client: Client, images: crate::images::ImagePolicy) -> Arc<Self> {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok(),
@@ -274,14 +276,17 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             capabilities: capabilities::Capabilities::new(client.clone()),
             retries: RetryPolicy::default(),
+            images,
             client,
         })
     }
 }
 
-/// Which controllers run.
-#[derive(Clone, Copy, Debug)]
+/// Which controllers run, and how.
+#[derive(Clone, Debug)]
 pub struct Controllers {
+    /// The images resources may run (`--allowed-images`).
+    pub images: crate::images::ImagePolicy,
     /// Re-render templated ConfigMaps and Secrets when what they reference changes. Only
     /// with the templating webhook: it renders with the operator's access, which is safe only
     /// for objects whose author the webhook checked.
@@ -295,7 +300,7 @@ pub async fn run(
     controllers: Controllers,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let context = Context::new(client);
+    let context = Context::new(client, controllers.images.clone());
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let templates = async {
         if controllers.template_rerendering {

@@ -59,6 +59,8 @@ pub struct Settings {
     /// the `caBundle`, as cert-manager writes them) instead of issuing one. Files that
     /// change are reloaded.
     pub mounted: Option<std::path::PathBuf>,
+    /// The images resources may run: the resource webhook refuses others.
+    pub images: crate::images::ImagePolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -335,7 +337,11 @@ pub async fn run(
     // Listening before the apiserver is told where to call.
     let listener = std::net::TcpListener::bind(settings.listen).map_err(Error::Tls)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(server::serve(client.clone(), listener, tls.clone(), {
+    let shared = server::Shared {
+        client: client.clone(),
+        images: settings.images.clone(),
+    };
+    let server = tokio::spawn(server::serve(shared, listener, tls.clone(), {
         let mut stopped = stopped.clone();
         async move {
             let _ = stopped.wait_for(|s| *s).await;

@@ -6,6 +6,7 @@ use kube::api::DynamicObject;
 
 use super::validate::Verdict;
 use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, ServiceSpec};
+use crate::images::{self, ImagePolicy};
 
 /// What the cluster holds, as far as the checks need it: the text of a referenced key, or
 /// why there is none.
@@ -66,7 +67,12 @@ fn service_checks(
 }
 
 /// The verdict on a resource of `kind` in the operator's group.
-pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdict {
+pub fn check(
+    object: &DynamicObject,
+    kind: &str,
+    lookup: &impl Lookup,
+    images: &ImagePolicy,
+) -> Verdict {
     let value = match serde_json::to_value(object) {
         Ok(value) => value,
         Err(e) => {
@@ -77,7 +83,19 @@ pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdic
         }
     };
     let mut warnings = Vec::new();
+    let mut refused = None;
     let parsed: Result<(), serde_json::Error> = (|| {
+        match kind {
+            "Indexer" | "Matcher" | "Notifier" => {
+                let spec: ServiceSpec = serde_json::from_value(value["spec"].clone())?;
+                refused = images.refusal(&images::service_images(&spec));
+            }
+            "Clair" => {
+                let clair = serde_json::from_value::<Clair>(value.clone())?;
+                refused = images.refusal(&images::clair_images(&clair.spec));
+            }
+            _ => {}
+        }
         match kind {
             "Indexer" => service_checks(
                 &serde_json::from_value::<Indexer>(value.clone())?
@@ -114,7 +132,7 @@ pub fn check(object: &DynamicObject, kind: &str, lookup: &impl Lookup) -> Verdic
     })();
     match parsed {
         Ok(()) => Verdict {
-            denied: None,
+            denied: refused,
             warnings,
         },
         Err(e) => Verdict {
@@ -235,7 +253,12 @@ mod tests {
 
     #[test]
     fn a_missing_config_is_a_warning_and_an_invalid_one_says_why() {
-        let v = check(&indexer(json!({})), "Indexer", &Cluster(vec![]));
+        let v = check(
+            &indexer(json!({})),
+            "Indexer",
+            &Cluster(vec![]),
+            &ImagePolicy::default(),
+        );
         assert_eq!(v.denied, None);
         assert!(
             v.warnings[0].contains("cfg does not exist"),
@@ -246,6 +269,7 @@ mod tests {
             &indexer(json!({})),
             "Indexer",
             &Cluster(vec![("cfg".into(), "indexr: {}".into())]),
+            &ImagePolicy::default(),
         );
         assert!(
             v.warnings[0].contains("invalid in indexer mode: indexr: unknown key"),
@@ -256,8 +280,29 @@ mod tests {
             &indexer(json!({})),
             "Indexer",
             &Cluster(vec![("cfg".into(), "log_level: info".into())]),
+            &ImagePolicy::default(),
         );
         assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    }
+
+    #[test]
+    fn an_image_outside_the_allow_list_is_refused() {
+        let policy = ImagePolicy::new(["quay.io/projectquay/".to_string()]);
+        let lookup = Cluster(vec![("cfg".into(), "log_level: info".into())]);
+        let v = check(&indexer(json!({})), "Indexer", &lookup, &policy);
+        assert_eq!(v.denied, None, "the default image is allowed");
+        let v = check(
+            &indexer(json!({"image": "evil.example/clair:1"})),
+            "Indexer",
+            &lookup,
+            &policy,
+        );
+        assert!(
+            v.denied
+                .as_deref()
+                .is_some_and(|d| d.contains("spec.image evil.example/clair:1")),
+            "{v:?}"
+        );
     }
 
     #[test]
@@ -268,6 +313,7 @@ mod tests {
             ),
             "Indexer",
             &Cluster(vec![("cfg".into(), String::new())]),
+            &ImagePolicy::default(),
         );
         assert!(
             v.warnings

@@ -10,18 +10,28 @@ use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tracing::{debug, warn};
 
+use crate::images::ImagePolicy;
+
 use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, resources, templating,
     validate,
 };
 
+/// What the handlers share.
+#[derive(Clone)]
+pub struct Shared {
+    pub client: Client,
+    /// The images resources may run.
+    pub images: ImagePolicy,
+}
+
 /// The routes: one path per webhook.
-pub fn router(client: Client) -> Router {
+pub fn router(shared: Shared) -> Router {
     Router::new()
         .route(VALIDATE_CONFIG_PATH, post(validate_config))
         .route(TEMPLATE_CONFIG_PATH, post(template_config))
         .route(VALIDATE_RESOURCE_PATH, post(validate_resource))
-        .with_state(client)
+        .with_state(shared)
 }
 
 type Review = Json<AdmissionReview<DynamicObject>>;
@@ -67,7 +77,8 @@ async fn validate_config(Json(review): Review) -> Review {
     .await
 }
 
-async fn validate_resource(State(client): State<Client>, Json(review): Review) -> Review {
+async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -> Review {
+    let Shared { client, images } = shared;
     answer(review, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
@@ -112,15 +123,15 @@ async fn validate_resource(State(client): State<Client>, Json(review): Review) -
         }
         conclude(
             response,
-            resources::check(object, kind, &resources::Fetched(fetched)),
+            resources::check(object, kind, &resources::Fetched(fetched), &images),
         )
     })
     .await
 }
 
-async fn template_config(State(client): State<Client>, Json(review): Review) -> Review {
+async fn template_config(State(shared): State<Shared>, Json(review): Review) -> Review {
     answer(review, |request| async move {
-        let response = templating::admit(&client, &request).await;
+        let response = templating::admit(&shared.client, &request).await;
         debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
         response
     })
@@ -130,7 +141,7 @@ async fn template_config(State(client): State<Client>, Json(review): Review) -> 
 /// Serves `router()` on `listener` (already bound, so the apiserver can be pointed at it
 /// as soon as this is called) with `tls` until `shutdown` resolves.
 pub async fn serve(
-    client: Client,
+    shared: Shared,
     listener: std::net::TcpListener,
     tls: RustlsConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -144,6 +155,6 @@ pub async fn serve(
     listener.set_nonblocking(true)?;
     axum_server::from_tcp_rustls(listener, tls)?
         .handle(handle)
-        .serve(router(client).into_make_service())
+        .serve(router(shared).into_make_service())
         .await
 }

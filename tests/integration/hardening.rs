@@ -250,3 +250,27 @@ pub async fn a_resource_may_not_name_a_secret_its_writer_cannot_read(
     ensure!(created.success, "{}", created.stderr);
     Ok(())
 }
+
+pub async fn images_outside_the_allow_list_are_refused(env: &TestEnv) -> anyhow::Result<()> {
+    crate::webhook::webhook_registered(env).await?;
+    let ns = env.namespace("images").await?;
+    let indexer = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Indexer\nmetadata:\n  name: evil\nspec:\n  image: evil.example/clair:1\n  config:\n    root:\n      configMap: {name: cfg, key: config.yaml}\n";
+    for dry_run in [true, false] {
+        let mut args = vec!["create", "-f", "-"];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let refused = env.kubectl_run(&ns, &args, Some(indexer))?;
+        ensure!(
+            !refused.success
+                && refused.stderr.contains("spec.image evil.example/clair:1")
+                && refused.stderr.contains("--allowed-images"),
+            "an image outside the allow-list was accepted (dry run {dry_run}): {}",
+            refused.stderr
+        );
+    }
+    let allowed = indexer.replace("evil.example/clair:1", "quay.io/projectquay/clair:4.9.0");
+    let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(&allowed))?;
+    ensure!(created.success, "{}", created.stderr);
+    Ok(())
+}

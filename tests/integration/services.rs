@@ -595,6 +595,7 @@ pub async fn drift_is_reverted_and_deletion_removes_everything(
 pub async fn twenty_available_resources_make_no_writes_when_idle(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
+    let _counting = crate::support::CLUSTER_WIDE_CHANGES.read().await;
     let ns = env.namespace("idle").await?;
     let start = SystemTime::now();
     config_map(env, &ns, "clair-config", CONFIG).await?;
@@ -643,6 +644,9 @@ pub async fn a_service_monitor_appears_once_the_cluster_serves_them(
     config_map(env, &ns, "clair-config", CONFIG).await?;
     indexer(env, &ns, "watched", json!({})).await?;
     wait_for::<Indexer>(env, &ns, "watched", Phase::Available, 1).await?;
+    // Until the operator has seen the new API (this test's monitor appears), no other test
+    // counts writes.
+    let _changing = crate::support::CLUSTER_WIDE_CHANGES.write().await;
     // Installed after the operator started: the capability is re-checked, no restart.
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
         serde_json::from_str(SERVICE_MONITOR_CRD)?;

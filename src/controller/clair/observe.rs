@@ -21,6 +21,7 @@ use crate::controller::service::observe::judge;
 use crate::controller::{Context, Error};
 use crate::database::budget;
 use crate::database::probe::ProbeOptions;
+use crate::images;
 use crate::machine::clair::{ChildObservation, ClairSnapshot, RoutingObservation};
 use crate::machine::observation::ConfigObservation;
 use crate::machine::upgrade::{self, JobState, StepJobs, Upgrade};
@@ -187,6 +188,9 @@ async fn config(
     input: &ClairInput<'_>,
     root: &Value,
 ) -> Result<ConfigObservation, ObserveError> {
+    if let Some(refusal) = context.images.refusal(&images::clair_images(input.spec)) {
+        return Ok(ConfigObservation::Invalid { message: refusal });
+    }
     let root = Document {
         name: format!(
             "the generated config (Secret {})",

@@ -10,6 +10,7 @@ use crate::clairconfig::{self, Document};
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
 use crate::controller::{Context, apply};
+use crate::images;
 use crate::machine::observation::{ConfigObservation, DatabaseObservation};
 use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
 use crate::render::service::{ConfigSnapshot, min_available};
@@ -35,7 +36,10 @@ pub async fn observe(
     name: &str,
     spec: &ServiceSpec,
 ) -> Result<Option<Observed>, ObserveError> {
-    let (config, snapshot) = config(&context.client, namespace, &spec.config, kind).await?;
+    let (config, snapshot) = match context.images.refusal(&images::service_images(spec)) {
+        Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
+        None => config(&context.client, namespace, &spec.config, kind).await?,
+    };
     let deployment = Api::<Deployment>::namespaced(context.client.clone(), namespace)
         .get_opt(name)
         .await

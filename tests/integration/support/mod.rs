@@ -91,6 +91,7 @@ impl Operator {
                         until_stopped(stopped.clone()),
                     ));
                     let controllers = controller::Controllers {
+                        images: allowed_images(),
                         template_rerendering: true,
                     };
                     controller::run(client, controllers, until_stopped(stopped)).await;
@@ -109,6 +110,16 @@ impl Operator {
 }
 
 /// The webhook on a free loopback port, called by the apiserver by URL.
+/// The images the test operator allows: those the tests run, as a platform team would list
+/// its mirrors (`--allowed-images`).
+pub fn allowed_images() -> clair_operator::images::ImagePolicy {
+    clair_operator::images::ImagePolicy::new([
+        "quay.io/projectquay/".to_string(),
+        "docker.io/library/postgres".to_string(),
+        "registry.k8s.io/pause".to_string(),
+    ])
+}
+
 fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -122,6 +133,7 @@ fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
         // Quick, so a test that deletes the certificate sees it reissued soon.
         recheck: Duration::from_secs(1),
         mounted: None,
+        images: allowed_images(),
     })
 }
 
@@ -371,6 +383,12 @@ where
     }
     bail!("timed out after {timeout:?} waiting for {what}: {last}")
 }
+
+/// Tests that change what the whole cluster serves (installing the ServiceMonitor CRD makes
+/// the operator apply a ServiceMonitor for every service resource) take this for writing;
+/// tests that count the operator's writes take it for reading, so one cannot disturb the
+/// other's count.
+pub static CLUSTER_WIDE_CHANGES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// The audit log's entries of the operator's requests in `ns` received after `since`.
 pub fn operator_requests(

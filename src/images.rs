@@ -1,0 +1,135 @@
+//! Which container images resources may run. Whoever writes a `Clair` or a service resource
+//! chooses its images; a platform team that lets tenants write them can restrict the
+//! repositories with `--allowed-images` (prefixes). The resource webhook refuses a resource
+//! outside the list, and the controllers do not render one (its config is reported invalid),
+//! so an image slipped in while the webhook was down never runs either.
+
+use crate::api::{ClairSpec, DEFAULT_IMAGE, ServiceSpec};
+use crate::render::database::DEFAULT_IMAGE as POSTGRES_IMAGE;
+
+/// An allow-list of image repository prefixes; empty allows every image.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImagePolicy {
+    prefixes: Vec<String>,
+}
+
+impl ImagePolicy {
+    /// Allows images under any of `prefixes` (`quay.io/projectquay/`, `registry.example/clair`).
+    pub fn new(prefixes: impl IntoIterator<Item = String>) -> Self {
+        ImagePolicy {
+            prefixes: prefixes
+                .into_iter()
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Whether `image` is under an allowed prefix. A prefix matches whole path segments:
+    /// `quay.io/projectquay` allows `quay.io/projectquay/clair:4.9.0`, not
+    /// `quay.io/projectquay-evil/clair`.
+    pub fn allows(&self, image: &str) -> bool {
+        self.prefixes.is_empty()
+            || self.prefixes.iter().any(|prefix| {
+                image.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+                    rest.is_empty() || prefix.ends_with('/') || rest.starts_with(['/', ':', '@'])
+                })
+            })
+    }
+
+    /// Why the images of a resource are refused (`field: image`), or `None`.
+    pub fn refusal(&self, images: &[(String, String)]) -> Option<String> {
+        let refused: Vec<String> = images
+            .iter()
+            .filter(|(_, image)| !self.allows(image))
+            .map(|(field, image)| format!("{field} {image}"))
+            .collect();
+        (!refused.is_empty()).then(|| {
+            format!(
+                "{} outside the repositories this cluster allows ({}): use an image from one of \
+                 them, or ask the platform team to add yours to the operator's --allowed-images",
+                refused.join(", "),
+                self.prefixes.join(", ")
+            )
+        })
+    }
+}
+
+/// Every image a `Clair` runs, with the field that sets it (defaults included).
+pub fn clair_images(spec: &ClairSpec) -> Vec<(String, String)> {
+    let image = spec
+        .image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+    let mut images = vec![("spec.image".to_string(), image)];
+    let overrides = [
+        ("indexer", spec.indexer.as_ref()),
+        ("matcher", spec.matcher.as_ref()),
+        ("notifier", spec.notifier.as_ref().map(|n| &n.service)),
+    ];
+    for (service, overrides) in overrides {
+        if let Some(image) = overrides.and_then(|o| o.image.clone()) {
+            images.push((format!("spec.{service}.image"), image));
+        }
+    }
+    if let Some(managed) = &spec.database.managed {
+        let image = managed
+            .image
+            .clone()
+            .unwrap_or_else(|| POSTGRES_IMAGE.to_string());
+        images.push(("spec.database.managed.image".to_string(), image));
+    }
+    images
+}
+
+/// The image of a service resource (the default included).
+pub fn service_images(spec: &ServiceSpec) -> Vec<(String, String)> {
+    vec![(
+        "spec.image".to_string(),
+        spec.image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_whole_segments_and_an_empty_list_allows_all() {
+        let policy = ImagePolicy::new([
+            "quay.io/projectquay".to_string(),
+            "registry.example/".into(),
+        ]);
+        assert!(policy.allows("quay.io/projectquay/clair:4.9.0"));
+        assert!(policy.allows("registry.example/anything@sha256:abc"));
+        assert!(!policy.allows("quay.io/projectquay-evil/clair:1"));
+        assert!(!policy.allows("docker.io/evil/clair:1"));
+        assert!(ImagePolicy::default().allows("anything"));
+    }
+
+    #[test]
+    fn a_refusal_names_each_field_and_image() {
+        let policy = ImagePolicy::new(["quay.io/projectquay/".to_string()]);
+        let spec: ClairSpec = serde_json::from_value(serde_json::json!({
+            "image": "evil.example/clair:1",
+            "database": {"managed": {}},
+        }))
+        .unwrap();
+        let refusal = policy.refusal(&clair_images(&spec)).expect("refused");
+        assert!(
+            refusal.contains("spec.image evil.example/clair:1"),
+            "{refusal}"
+        );
+        assert!(
+            refusal.contains("spec.database.managed.image docker.io/library/postgres:17"),
+            "{refusal}"
+        );
+        let allowed = ImagePolicy::new([
+            "evil.example/".to_string(),
+            "docker.io/library/postgres".into(),
+        ]);
+        assert_eq!(allowed.refusal(&clair_images(&spec)), None);
+    }
+}
