@@ -293,13 +293,31 @@ fn run(args: RunArgs) -> Result<(), String> {
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        let webhook = webhook_settings.map(|settings| {
+        // The key the templating webhook seals what it admits with, shared by the replicas.
+        let seal = match &webhook_settings {
+            Some(settings) => Some(
+                clair_operator::templating::seal::Seal::load_or_create(
+                    &client,
+                    &settings.namespace,
+                    &format!("{}-template-seal", settings.name),
+                )
+                .await
+                .map_err(|e| format!("cannot read or create the template sealing key: {e}"))?,
+            ),
+            None => None,
+        };
+        let webhook = webhook_settings.zip(seal.clone()).map(|(settings, seal)| {
             let until = until_stopped(stopped.clone());
-            tokio::spawn(webhook::register::run(client.clone(), settings, until))
+            tokio::spawn(webhook::register::run(
+                client.clone(),
+                settings,
+                seal,
+                until,
+            ))
         });
         let controllers = controller::Controllers {
             images,
-            template_rerendering: webhook.is_some(),
+            template_seal: seal,
         };
         let controllers = controller::run(client, controllers, until_stopped(stopped));
         tokio::pin!(controllers);

@@ -264,10 +264,12 @@ pub struct Context {
     pub retries: RetryPolicy,
     /// The images resources may run.
     pub images: crate::images::ImagePolicy,
+    /// The key the templating webhook seals what it admitted with.
+    pub template_seal: Option<crate::templating::seal::Seal>,
 }
 
 impl Context {
-    pub fn new(client: Client, images: crate::images::ImagePolicy) -> Arc<Self> {
+    pub fn new(client: Client, controllers: &Controllers) -> Arc<Self> {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok(),
@@ -276,7 +278,8 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             capabilities: capabilities::Capabilities::new(client.clone()),
             retries: RetryPolicy::default(),
-            images,
+            images: controllers.images.clone(),
+            template_seal: controllers.template_seal.clone(),
             client,
         })
     }
@@ -287,10 +290,11 @@ impl Context {
 pub struct Controllers {
     /// The images resources may run (`--allowed-images`).
     pub images: crate::images::ImagePolicy,
-    /// Re-render templated ConfigMaps and Secrets when what they reference changes. Only
-    /// with the templating webhook: it renders with the operator's access, which is safe only
-    /// for objects whose author the webhook checked.
-    pub template_rerendering: bool,
+    /// With the templating webhook's key: re-render templated ConfigMaps and Secrets when
+    /// what they reference changes, those the webhook sealed only (the re-render uses the
+    /// operator's access, safe only for templates whose author the webhook checked).
+    /// `None` (no webhook): no re-rendering.
+    pub template_seal: Option<crate::templating::seal::Seal>,
 }
 
 /// Runs the controllers (`Clair`, the three service kinds, and template re-rendering when
@@ -300,10 +304,10 @@ pub async fn run(
     controllers: Controllers,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let context = Context::new(client, controllers.images.clone());
+    let context = Context::new(client, &controllers);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let templates = async {
-        if controllers.template_rerendering {
+        if controllers.template_seal.is_some() {
             futures::join!(
                 templates::run::<k8s_openapi::api::core::v1::ConfigMap>(
                     context.clone(),

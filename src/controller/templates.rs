@@ -21,14 +21,15 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::error::ApplyError;
 use super::{Context, Error};
 use crate::api::keys::{TEMPLATE_CONFIG, TEMPLATE_INPUT};
 use crate::sources::value_of;
-use crate::templating::render_object;
+use crate::templating::seal::SEAL;
 use crate::templating::template::{self, SourceKind};
+use crate::templating::{Template, render};
 
 /// ConfigMap or Secret: the kinds that hold templates.
 pub trait Holder:
@@ -125,15 +126,36 @@ async fn reconcile<K: Holder>(object: Arc<K>, context: Arc<Context>) -> Result<A
         name: object.name_any(),
         source,
     })?;
-    let (key, rendered) =
-        match render_object(&context.client, &dynamic, &kind, &namespace, None).await {
-            Ok(done) => done,
-            Err(e) => {
-                // The webhook refused or will refuse this object; nothing to render.
-                debug!(name = %object.name_any(), error = %e, "template not rendered");
-                return Ok(Action::requeue(Duration::from_secs(300)));
-            }
-        };
+    let Some(seal) = &context.template_seal else {
+        return Ok(Action::await_change());
+    };
+    let template = match Template::of(&dynamic, &kind) {
+        Ok(template) => template,
+        Err(e) => {
+            // The webhook refused or will refuse this object; nothing to render.
+            debug!(name = %object.name_any(), error = %e, "template not rendered");
+            return Ok(Action::await_change());
+        }
+    };
+    // Only what the webhook admitted, as it admitted it: anything else (written before the
+    // webhook was registered, or a forged seal) would be filled in with the operator's access.
+    let stamp = object
+        .annotations()
+        .get(SEAL)
+        .map(String::as_str)
+        .unwrap_or_default();
+    if !seal.verify(&template.sealed(&namespace, &kind), stamp) {
+        info!(name = %object.name_any(), %namespace, "template not re-rendered: the templating webhook did not admit it as it is; write it again to have it checked");
+        return Ok(Action::await_change());
+    }
+    let rendered = match render(&context.client, &template, &kind, &namespace, None).await {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            debug!(name = %object.name_any(), error = %e, "template not rendered");
+            return Ok(Action::requeue(Duration::from_secs(300)));
+        }
+    };
+    let key = template.output_key;
     if value_of(&dynamic, &kind, &key).as_deref() == Some(rendered.as_str()) {
         return Ok(Action::await_change());
     }

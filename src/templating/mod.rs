@@ -9,6 +9,7 @@
 //! ConfigMap: otherwise anyone who may write a ConfigMap could read any Secret through the
 //! operator.
 
+pub mod seal;
 pub mod template;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use kube::{Client, ResourceExt};
 
 use crate::api::keys::{TEMPLATE_INPUT, TEMPLATE_OUTPUT};
 use crate::sources::value_of;
+use seal::Sealed;
 use template::{Reference, SourceKind};
 
 /// Why a request is refused; the message says what to do.
@@ -33,39 +35,69 @@ pub enum Refusal {
     Kube(#[from] kube::Error),
 }
 
-/// The rendered output for `object` (a ConfigMap or Secret in `namespace`), as `user` may
-/// see it. `user: None` renders with the operator's own access (re-rendering after a
-/// referenced value changed, for an object whose author was checked when it was written).
-pub async fn render_object(
+/// A templated object's template: which key it reads, which it writes, and the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    pub input_key: String,
+    pub output_key: String,
+    pub input: String,
+}
+
+impl Template {
+    /// The template of `object` (a ConfigMap or Secret labelled for templating).
+    pub fn of(object: &DynamicObject, kind: &str) -> Result<Self, Refusal> {
+        let annotation = |key: &str| {
+            object.annotations().get(key).cloned().ok_or_else(|| {
+                Refusal::Request(format!(
+                    "{kind} {} is labelled for templating but has no {key} annotation",
+                    object.name_any()
+                ))
+            })
+        };
+        let input_key = annotation(TEMPLATE_INPUT)?;
+        let output_key = annotation(TEMPLATE_OUTPUT)?;
+        if input_key == output_key {
+            return Err(Refusal::Request(format!(
+                "{TEMPLATE_INPUT} and {TEMPLATE_OUTPUT} must name different keys"
+            )));
+        }
+        let input = value_of(object, kind, &input_key).ok_or_else(|| {
+            Refusal::Request(format!(
+                "{kind} {} has no key {input_key:?} (named by {TEMPLATE_INPUT})",
+                object.name_any()
+            ))
+        })?;
+        Ok(Template {
+            input_key,
+            output_key,
+            input,
+        })
+    }
+
+    /// What the webhook's seal covers for this template in a `kind` object of `namespace`.
+    pub fn sealed<'a>(&'a self, namespace: &'a str, kind: &'a str) -> Sealed<'a> {
+        Sealed {
+            namespace,
+            kind,
+            input_key: &self.input_key,
+            output_key: &self.output_key,
+            input: &self.input,
+        }
+    }
+}
+
+/// The rendered output of `template` (of a `kind` object in `namespace`), as `user` may see
+/// it. `user: None` renders with the operator's own access: only for a template the webhook
+/// sealed (re-rendering after a referenced value changed; see [`seal`]).
+pub async fn render(
     client: &Client,
-    object: &DynamicObject,
+    template: &Template,
     kind: &str,
     namespace: &str,
     user: Option<&UserInfo>,
-) -> Result<(String, String), Refusal> {
-    let annotation = |key: &str| {
-        object.annotations().get(key).cloned().ok_or_else(|| {
-            Refusal::Request(format!(
-                "{kind} {} is labelled for templating but has no {key} annotation",
-                object.name_any()
-            ))
-        })
-    };
-    let input_key = annotation(TEMPLATE_INPUT)?;
-    let output_key = annotation(TEMPLATE_OUTPUT)?;
-    if input_key == output_key {
-        return Err(Refusal::Request(format!(
-            "{TEMPLATE_INPUT} and {TEMPLATE_OUTPUT} must name different keys"
-        )));
-    }
-    let text = value_of(object, kind, &input_key).ok_or_else(|| {
-        Refusal::Request(format!(
-            "{kind} {} has no key {input_key:?} (named by {TEMPLATE_INPUT})",
-            object.name_any()
-        ))
-    })?;
-    let (parsed, _) = template::parse(&input_key, &text)?;
-    let output_format = template::format_of(&output_key)?;
+) -> Result<String, Refusal> {
+    let (parsed, _) = template::parse(&template.input_key, &template.input)?;
+    let output_format = template::format_of(&template.output_key)?;
     let references = template::references(&parsed)?;
     if kind == "ConfigMap"
         && let Some(secret) = references.iter().find(|r| r.kind == SourceKind::Secret)
@@ -84,10 +116,7 @@ pub async fn render_object(
             fetch(client, namespace, reference).await?,
         );
     }
-    Ok((
-        output_key,
-        template::render(&parsed, output_format, &values)?,
-    ))
+    Ok(template::render(&parsed, output_format, &values)?)
 }
 
 async fn check_access(

@@ -325,6 +325,7 @@ async fn ensure_configuration(
 pub async fn run(
     client: Client,
     settings: Settings,
+    seal: crate::templating::seal::Seal,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let mut serving = current_certificate(&client, &settings).await?;
@@ -340,6 +341,7 @@ pub async fn run(
     let shared = server::Shared {
         client: client.clone(),
         images: settings.images.clone(),
+        seal,
     };
     let server = tokio::spawn(server::serve(shared, listener, tls.clone(), {
         let mut stopped = stopped.clone();

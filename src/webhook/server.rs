@@ -11,6 +11,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use tracing::{debug, warn};
 
 use crate::images::ImagePolicy;
+use crate::templating::seal::Seal;
 
 use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, resources, templating,
@@ -23,6 +24,8 @@ pub struct Shared {
     pub client: Client,
     /// The images resources may run.
     pub images: ImagePolicy,
+    /// The key that seals admitted templates.
+    pub seal: Seal,
 }
 
 /// The routes: one path per webhook.
@@ -78,7 +81,7 @@ async fn validate_config(Json(review): Review) -> Review {
 }
 
 async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -> Review {
-    let Shared { client, images } = shared;
+    let Shared { client, images, .. } = shared;
     answer(review, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
@@ -131,7 +134,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
 
 async fn template_config(State(shared): State<Shared>, Json(review): Review) -> Review {
     answer(review, |request| async move {
-        let response = templating::admit(&shared.client, &request).await;
+        let response = templating::admit(&shared.client, &shared.seal, &request).await;
         debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
         response
     })

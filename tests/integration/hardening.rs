@@ -72,6 +72,7 @@ pub async fn config_bombs_are_refused_and_the_operator_keeps_serving(
     .await?;
 
     // The templating webhook refuses a template that repeats a large value ten thousand times.
+    let _templating = crate::support::CLUSTER_WIDE_CHANGES.read().await;
     let big = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  value: {}\n",
         "x".repeat(200 * 1024)
@@ -272,5 +273,124 @@ pub async fn images_outside_the_allow_list_are_refused(env: &TestEnv) -> anyhow:
     let allowed = indexer.replace("evil.example/clair:1", "quay.io/projectquay/clair:4.9.0");
     let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(&allowed))?;
     ensure!(created.success, "{}", created.stderr);
+    Ok(())
+}
+
+/// The rendered `config.yaml` of templated Secret `name`, if any.
+async fn rendered(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), ns);
+    Ok(secrets.get(name).await?.data.and_then(|d| {
+        d.get("config.yaml")
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    }))
+}
+
+pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+    crate::webhook::webhook_registered(env).await?;
+    // The templating webhook goes away for a moment: no other test may need it meanwhile.
+    let _exclusive = crate::support::CLUSTER_WIDE_CHANGES.write().await;
+    let client = env.client().await?;
+    let ns = env.namespace("unsealed").await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    apply_json::<Secret>(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "victim"},
+               "stringData": {"dsn": "first-value"}}),
+    )
+    .await?;
+    let template = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": name,
+                            "labels": {"clair.projectquay.io/template-config": "true"},
+                            "annotations": {"clair.projectquay.io/template-input": "config.yaml.in",
+                                            "clair.projectquay.io/template-output": "config.yaml"}},
+               "stringData": {"config.yaml.in": "matcher:\n  connstring: secret://victim/dsn\n"}})
+    };
+    // Through the webhook: rendered (the writer may read the Secret) and sealed.
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(template("honest"))?,
+        )
+        .await?;
+    let honest = rendered(&client, &ns, "honest")
+        .await?
+        .context("honest not rendered")?;
+    ensure!(honest.contains("first-value"), "{honest}");
+
+    // Past the webhook: written while its configuration is gone (the operator restores it
+    // within a second, so try until one write lands in the gap).
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut unseen = false;
+    for _ in 0..20 {
+        let _ = configurations
+            .delete(
+                clair_operator::webhook::CONFIGURATION_NAME,
+                &DeleteParams::default(),
+            )
+            .await;
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(template("sneaky"))?,
+            )
+            .await?;
+        if rendered(&client, &ns, "sneaky").await?.is_none() {
+            unseen = true;
+            break;
+        }
+        secrets.delete("sneaky", &DeleteParams::default()).await?;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    ensure!(unseen, "no write got past the webhook in twenty tries");
+    crate::support::eventually(
+        std::time::Duration::from_secs(30),
+        "the templating webhook back",
+        || {
+            let configurations = configurations.clone();
+            async move {
+                Ok(configurations
+                    .get_opt(clair_operator::webhook::CONFIGURATION_NAME)
+                    .await?
+                    .is_some())
+            }
+        },
+    )
+    .await?;
+
+    // The referenced value changes: the sealed template follows, the unsealed one is never
+    // filled in with the operator's access.
+    secrets
+        .patch(
+            "victim",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"dsn": "second-value"}})),
+        )
+        .await?;
+    crate::support::eventually(
+        std::time::Duration::from_secs(30),
+        "the sealed template re-rendered",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                Ok(rendered(&client, &ns, "honest")
+                    .await?
+                    .is_some_and(|t| t.contains("second-value")))
+            }
+        },
+    )
+    .await?;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    ensure!(
+        rendered(&client, &ns, "sneaky").await?.is_none(),
+        "a template the webhook never saw was filled in with the operator's access"
+    );
     Ok(())
 }

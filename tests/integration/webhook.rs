@@ -188,6 +188,7 @@ async fn output_of(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Option
 pub async fn templating_resolves_references_the_author_may_read(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
+    let _templating = crate::support::CLUSTER_WIDE_CHANGES.read().await;
     webhook_registered(env).await?;
     let ns = env.namespace("template").await?;
     let apply = ["apply", "--server-side", "-f", "-"];
@@ -358,7 +359,8 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let client = env.client().await?;
-    let server = tokio::spawn(run(client.clone(), settings, async move {
+    let seal = clair_operator::templating::seal::Seal::from_key(vec![1; 32]);
+    let server = tokio::spawn(run(client.clone(), settings, seal, async move {
         let mut stopped = stopped;
         let _ = stopped.wait_for(|s| *s).await;
     }));

@@ -85,14 +85,25 @@ impl Operator {
                         Ok(client) => client,
                         Err(e) => return eprintln!("operator: client: {e}"),
                     };
+                    let seal = match clair_operator::templating::seal::Seal::load_or_create(
+                        &client,
+                        &webhook.namespace,
+                        "clair-operator-template-seal",
+                    )
+                    .await
+                    {
+                        Ok(seal) => seal,
+                        Err(e) => return eprintln!("operator: template seal: {e}"),
+                    };
                     let webhook = tokio::spawn(webhook::register::run(
                         client.clone(),
                         webhook,
+                        seal.clone(),
                         until_stopped(stopped.clone()),
                     ));
                     let controllers = controller::Controllers {
                         images: allowed_images(),
-                        template_rerendering: true,
+                        template_seal: Some(seal),
                     };
                     controller::run(client, controllers, until_stopped(stopped)).await;
                     match webhook.await {
@@ -385,9 +396,9 @@ where
 }
 
 /// Tests that change what the whole cluster serves (installing the ServiceMonitor CRD makes
-/// the operator apply a ServiceMonitor for every service resource) take this for writing;
-/// tests that count the operator's writes take it for reading, so one cannot disturb the
-/// other's count.
+/// the operator apply a ServiceMonitor for every service resource; removing the templating
+/// webhook for a moment) take this for writing; tests that count the operator's writes or
+/// need the templating webhook take it for reading, so one cannot disturb the other.
 pub static CLUSTER_WIDE_CHANGES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// The audit log's entries of the operator's requests in `ns` received after `since`.
