@@ -196,6 +196,11 @@ pub struct ManagedDatabase {
     /// resource.
     #[serde(default)]
     pub delete_claims: bool,
+    /// Let only this `Clair`'s services, updaters and upgrade steps reach the engines, with a
+    /// NetworkPolicy (enforced where the cluster's network plugin enforces policies).
+    /// Default false.
+    #[serde(default)]
+    pub network_policy: bool,
 }
 
 /// The data volume of a managed engine.

@@ -136,6 +136,7 @@ pub async fn apply_clair(applier: &Applier<'_>, objects: ClairObjects) -> Result
         config_maps,
         services,
         stateful_sets,
+        network_policies,
         jobs,
         indexers,
         matchers,
@@ -149,6 +150,7 @@ pub async fn apply_clair(applier: &Applier<'_>, objects: ClairObjects) -> Result
     applier.typed(config_maps).await?;
     applier.typed(services).await?;
     applier.typed(stateful_sets).await?;
+    applier.typed(network_policies).await?;
     applier.typed(jobs).await?;
     applier.typed(indexers).await?;
     applier.typed(matchers).await?;

@@ -16,8 +16,14 @@ use k8s_openapi::api::core::v1::{
     SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 
 use super::clair::{ClairInput, ConnStrings};
 use super::pod::{POSTGRES_UID, restricted_container, restricted_pod, with_default_requests};
@@ -180,6 +186,48 @@ fn engine_labels(input: &ClairInput, engine: &Engine) -> BTreeMap<String, String
     let mut labels = labels::selector(input.name, COMPONENT);
     labels.insert(ENGINE_LABEL.to_string(), engine.name.clone());
     labels
+}
+
+/// The NetworkPolicy that lets only the `Clair`'s own pods reach its engines: its service
+/// resources' pods (`NAME-indexer`, ...), and its updater and upgrade pods (`NAME`).
+pub fn network_policy(input: &ClairInput) -> NetworkPolicy {
+    let clients: Vec<String> = std::iter::once(input.name.to_string())
+        .chain(ServiceKind::VARIANTS.iter().map(|k| input.child_name(*k)))
+        .collect();
+    NetworkPolicy {
+        metadata: input.metadata(format!("{}-{COMPONENT}", input.name), COMPONENT),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels::selector(input.name, COMPONENT)),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            labels::NAME.to_string(),
+                            "clair".to_string(),
+                        )])),
+                        match_expressions: Some(vec![LabelSelectorRequirement {
+                            key: labels::INSTANCE.to_string(),
+                            operator: "In".to_string(),
+                            values: Some(clients),
+                        }]),
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(
+                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(PORT),
+                    ),
+                    protocol: Some("TCP".to_string()),
+                    ..Default::default()
+                }]),
+            }]),
+            ..Default::default()
+        }),
+    }
 }
 
 /// The engine's headless Service (the StatefulSet's governing Service, and the address the
@@ -400,6 +448,27 @@ pub fn statefulset(input: &ClairInput, managed: &ManagedDatabase, engine: &Engin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_network_policy_admits_only_the_clairs_own_pods_to_the_engines() {
+        let spec = crate::api::ClairSpec::default();
+        let input = ClairInput::example(&spec);
+        let policy = network_policy(&input).spec.unwrap();
+        assert_eq!(
+            policy.pod_selector.unwrap().match_labels.unwrap(),
+            labels::selector("clair", COMPONENT)
+        );
+        let rule = &policy.ingress.unwrap()[0];
+        let peer = rule.from.as_ref().unwrap()[0].pod_selector.clone().unwrap();
+        assert_eq!(
+            peer.match_expressions.unwrap()[0].values.clone().unwrap(),
+            ["clair", "clair-indexer", "clair-matcher", "clair-notifier"]
+        );
+        assert_eq!(
+            rule.ports.as_ref().unwrap()[0].port,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(PORT))
+        );
+    }
     use crate::api::ClairSpec;
 
     fn input(spec: &ClairSpec) -> ClairInput<'_> {

@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -124,6 +124,8 @@ pub struct ClairObjects {
     pub services: Owned<Service>,
     /// The managed database engines.
     pub stateful_sets: Owned<StatefulSet>,
+    /// Who may reach the managed engines, when the spec asks for it.
+    pub network_policies: Owned<NetworkPolicy>,
     /// Upgrade steps (`clairctl admin pre|post`).
     pub jobs: Owned<Job>,
     pub indexers: Owned<Indexer>,

@@ -394,3 +394,62 @@ pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> 
     );
     Ok(())
 }
+
+pub async fn a_managed_database_can_be_closed_to_all_but_its_clair(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::api::Api;
+
+    let client = env.client().await?;
+    let ns = env.namespace("db-policy").await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let spec = json!({
+        "database": {"managed": {"networkPolicy": true}},
+        "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
+    });
+    create_clair(&client, &ns, "clair", spec).await?;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+    crate::support::eventually(
+        std::time::Duration::from_secs(60),
+        "the database's NetworkPolicy",
+        || {
+            let policies = policies.clone();
+            async move { Ok(policies.get_opt("clair-database").await?.is_some()) }
+        },
+    )
+    .await?;
+    let policy = policies.get("clair-database").await?.spec.context("spec")?;
+    let peer = policy.ingress.context("ingress")?[0]
+        .from
+        .clone()
+        .context("from")?[0]
+        .pod_selector
+        .clone()
+        .context("selector")?;
+    let instances = peer.match_expressions.context("expressions")?[0]
+        .values
+        .clone()
+        .unwrap_or_default();
+    ensure!(
+        instances == ["clair", "clair-indexer", "clair-matcher", "clair-notifier"],
+        "{instances:?}"
+    );
+    // Switched off: the policy goes.
+    crate::support::clair::patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"database": {"managed": {"networkPolicy": false}}}),
+    )
+    .await?;
+    crate::support::eventually(
+        std::time::Duration::from_secs(60),
+        "the NetworkPolicy gone",
+        || {
+            let policies = policies.clone();
+            async move { Ok(policies.get_opt("clair-database").await?.is_none()) }
+        },
+    )
+    .await
+}

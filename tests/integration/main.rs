@@ -33,6 +33,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         hardening::a_resource_may_not_name_a_secret_its_writer_cannot_read,
         hardening::images_outside_the_allow_list_are_refused,
         hardening::a_template_the_webhook_never_saw_is_not_rendered,
+        hardening::a_managed_database_can_be_closed_to_all_but_its_clair,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

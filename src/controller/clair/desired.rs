@@ -38,7 +38,7 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
     };
     // An external database leaves a formerly managed one as it is (its data claims are
     // the user's to delete).
-    let (config_maps, services, stateful_sets) = match managed {
+    let (config_maps, services, stateful_sets, network_policies) = match managed {
         Some(managed) => {
             let engines = db::engines(input, managed);
             (
@@ -46,9 +46,16 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
                 Owned::exactly().apply_all(engines.iter().map(|e| db::service(input, e))),
                 Owned::exactly()
                     .apply_all(engines.iter().map(|e| db::statefulset(input, managed, e))),
+                Owned::exactly()
+                    .apply_some(managed.network_policy.then(|| db::network_policy(input))),
             )
         }
-        None => (Owned::at_least(), Owned::at_least(), Owned::at_least()),
+        None => (
+            Owned::at_least(),
+            Owned::at_least(),
+            Owned::at_least(),
+            Owned::at_least(),
+        ),
     };
     let jobs = match &actions.upgrade {
         UpgradeAction::Start { step, version } => {
@@ -68,6 +75,7 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         config_maps,
         services,
         stateful_sets,
+        network_policies,
         jobs,
         indexers: child::<Indexer>(input, actions),
         matchers: child::<Matcher>(input, actions),

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -49,6 +49,7 @@ pub async fn run(
         .owns(Api::<Matcher>::all(client.clone()), owned.clone())
         .owns(Api::<Notifier>::all(client.clone()), owned.clone())
         .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
+        .owns(Api::<NetworkPolicy>::all(client.clone()), owned.clone())
         .owns(Api::<CronJob>::all(client.clone()), owned.clone())
         .owns(Api::<Job>::all(client.clone()), owned.clone())
         .owns(Api::<Ingress>::all(client.clone()), owned)
