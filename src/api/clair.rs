@@ -110,7 +110,7 @@ pub struct ClairSpec {
     pub updaters: Option<UpdatersSpec>,
     /// How long one upgrade step (`clairctl admin pre` or `post`) may run before it counts as
     /// failed (`UpgradeFailed`, the roll stopped) instead of holding the `Clair` in
-    /// `Upgrading` forever. Default 3600 (one hour: a step may migrate a large database).
+    /// `Upgrading` forever. Default 21600 (six hours: a step may migrate a large database).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 60))]
     pub upgrade_step_timeout_seconds: Option<i64>,
@@ -153,6 +153,8 @@ pub struct NotifierOverrides {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.managed) != has(self.external)")
     .message("set exactly one of database.managed or database.external"))]
+#[x_kube(validation = Rule::new("has(self.managed) == has(oldSelf.managed)")
+    .message("database.managed and database.external cannot be swapped on a running Clair: a managed database's data stays in its engines; create a new Clair and move the data"))]
 pub struct DatabaseSpec {
     /// A PostgreSQL run by the operator: one engine with a database and a role per service,
     /// or one engine per service.

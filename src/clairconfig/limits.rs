@@ -70,8 +70,7 @@ pub fn serialized_within(value: &Value, budget: usize) -> Option<usize> {
             Value::Null => spend(left, 4),
             Value::Bool(b) => spend(left, if *b { 4 } else { 5 }),
             Value::Number(n) => spend(left, n.to_string().len()),
-            // Escapes can only add: the raw length is a floor, enough for a bound.
-            Value::String(s) => spend(left, s.len() + 2),
+            Value::String(s) => spend(left, string_size(s)),
             Value::Array(items) => {
                 spend(left, 2 + items.len().saturating_sub(1))?;
                 items.iter().try_for_each(|item| walk(item, left))
@@ -88,6 +87,71 @@ pub fn serialized_within(value: &Value, budget: usize) -> Option<usize> {
     let mut left = budget;
     walk(value, &mut left)?;
     Some(budget - left)
+}
+
+/// The bytes `text` takes as a JSON string: quotes, and escapes as serde_json writes them.
+fn string_size(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\t' | b'\r' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+/// Keeps a JSON Patch to [`MAX_DOCUMENT_BYTES`] without measuring the whole document after
+/// each operation (100 operations over a 1 MiB config would walk 100 MiB): it starts from
+/// the document's size and adds what each operation may add (an upper bound: `remove`,
+/// `move` and `test` add nothing, `replace` counts its whole new value).
+pub struct PatchBudget {
+    size: usize,
+}
+
+impl PatchBudget {
+    /// The budget of a patch applied to `config` (the merge so far, from `name`).
+    pub fn new(name: &str, config: &Value) -> Result<Self, Error> {
+        match serialized_within(config, MAX_DOCUMENT_BYTES) {
+            Some(size) => Ok(PatchBudget { size }),
+            None => value(name, config).map(|()| PatchBudget { size: 0 }),
+        }
+    }
+
+    /// Spends what `operation` may add to `config` (before it is applied); refused past the
+    /// limit, before the operation allocates anything.
+    pub fn spend(
+        &mut self,
+        name: &str,
+        config: &Value,
+        operation: &json_patch::PatchOperation,
+    ) -> Result<(), Error> {
+        use json_patch::PatchOperation as Op;
+        let added = match operation {
+            Op::Add(add) => Some(&add.value),
+            Op::Replace(replace) => Some(&replace.value),
+            Op::Copy(copy) => config.pointer(copy.from.as_str()),
+            Op::Remove(_) | Op::Move(_) | Op::Test(_) => None,
+        };
+        let Some(added) = added else {
+            return Ok(());
+        };
+        // A key and separators come with the value.
+        let room = MAX_DOCUMENT_BYTES.saturating_sub(self.size);
+        match serialized_within(added, room) {
+            Some(bytes) if bytes + 16 <= room => {
+                self.size += bytes + 16;
+                Ok(())
+            }
+            _ => Err(Error::TooLarge {
+                name: name.to_string(),
+                message: format!(
+                    "the merged config would exceed {MAX_DOCUMENT_BYTES} bytes (1 MiB), the most \
+                     a config may hold; the drop-in is not applied"
+                ),
+            }),
+        }
+    }
 }
 
 /// What the YAML parser may spend on one document: far more than a config needs, far less
@@ -122,7 +186,7 @@ mod tests {
 
     #[test]
     fn the_measure_is_exact_for_plain_values_and_stops_early() {
-        let value = json!({"a": [1, "xy", null, true], "b": {"c": 2.5}});
+        let value = json!({"a": [1, "x\"y\u{1}\n", null, true], "b": {"c": 2.5}});
         assert_eq!(
             serialized_within(&value, 1000),
             Some(value.to_string().len())

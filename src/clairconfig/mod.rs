@@ -169,16 +169,18 @@ pub fn merge(root: &Document, dropins: &[Document]) -> Result<Merged, Error> {
                         message: format!("not a JSON Patch (a list of operations): {e}"),
                     })?;
                 limits::operations(&dropin.name, patch.0.len())?;
-                // One operation at a time, each held to the size limit: a `copy` can double
-                // the document, so checking only at the end would come too late.
+                // One operation at a time, each held to the size limit before it runs: a
+                // `copy` can double the document, so checking only at the end would come
+                // too late.
+                let mut budget = limits::PatchBudget::new(&dropin.name, &config)?;
                 for operation in &patch.0 {
+                    budget.spend(&dropin.name, &config, operation)?;
                     json_patch::patch(&mut config, std::slice::from_ref(operation)).map_err(
                         |e| Error::Patch {
                             name: dropin.name.clone(),
                             message: e.to_string(),
                         },
                     )?;
-                    limits::value(&dropin.name, &config)?;
                 }
             }
             DropinKind::Ignored => ignored.push(dropin.name.clone()),

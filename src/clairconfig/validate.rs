@@ -609,7 +609,11 @@ fn decode_base64(text: &str) -> Result<(), String> {
     base64::engine::general_purpose::STANDARD
         .decode(cleaned.as_bytes())
         .map(|_| ())
-        .map_err(|e| format!("not standard padded base64: {e}"))
+        // The decoder's message names the offending byte and its offset: from a key, that
+        // would be part of the key.
+        .map_err(|_| {
+            "not standard padded base64 (A-Z, a-z, 0-9, + and /, padded with =)".to_string()
+        })
 }
 
 fn describe(value: &Value) -> &'static str {

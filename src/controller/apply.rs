@@ -117,9 +117,9 @@ impl Applier<'_> {
             log(&kind, name, outcome);
         }
         if owned.prunes() {
-            for name in controlled.keys() {
+            for (name, object) in &controlled {
                 if !owned.objects().contains_key(name) {
-                    delete(&api, &kind, name).await?;
+                    delete(&api, &kind, name, object.uid()).await?;
                     log(&kind, name, Outcome::Deleted);
                 }
             }
@@ -200,13 +200,28 @@ fn controlled_by(object: &impl Resource, uid: &str) -> bool {
         .any(|o| o.uid == uid && o.controller == Some(true))
 }
 
-async fn delete<T>(api: &Api<T>, kind: &str, name: &str) -> Result<(), ApplyError>
+/// Deletes `name`, only if it is still the object listed (`uid`): one recreated under the
+/// same name since is not this reconcile's to delete.
+async fn delete<T>(
+    api: &Api<T>,
+    kind: &str,
+    name: &str,
+    uid: Option<String>,
+) -> Result<(), ApplyError>
 where
     T: Resource + DeserializeOwned + Clone + Debug,
 {
-    match api.delete(name, &DeleteParams::background()).await {
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        // Gone, or another object under the name now.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(source) => Err(ApplyError::Delete {
             kind: kind.to_string(),
             name: name.to_string(),

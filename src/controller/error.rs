@@ -180,7 +180,10 @@ fn retry_of(error: &kube::Error) -> Retry {
     match error {
         kube::Error::Api(status) => match status.code {
             404 | 408 | 409 | 429 | 500..=599 => Retry::Soon,
-            400 | 422 => Retry::OnChange,
+            // Invalid: what the resource asks for cannot be stored (an immutable field
+            // changed, a value out of range). A bad request or a denial (403, and 400 from
+            // some admission policies) may be lifted by an administrator: retried slowly.
+            422 => Retry::OnChange,
             _ => Retry::Slowly,
         },
         kube::Error::HyperError(_)
@@ -258,9 +261,8 @@ mod tests {
             assert_eq!(observe(code).retry(), Retry::Soon, "{code}");
         }
         assert_eq!(observe(403).retry(), Retry::Slowly);
-        for code in [400, 422] {
-            assert_eq!(observe(code).retry(), Retry::OnChange, "{code}");
-        }
+        assert_eq!(observe(400).retry(), Retry::Slowly);
+        assert_eq!(observe(422).retry(), Retry::OnChange);
         assert_eq!(Error::MissingField("metadata.uid").retry(), Retry::OnChange);
     }
 

@@ -483,7 +483,7 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
 }
 
 /// How long an upgrade step may run unless the spec says otherwise.
-pub const UPGRADE_STEP_TIMEOUT_SECONDS: i64 = 3600;
+pub const UPGRADE_STEP_TIMEOUT_SECONDS: i64 = 6 * 3600;
 
 /// `NAME-upgrade-pre-v4-9-0`: one Job per step and target version.
 pub fn upgrade_job_name(input: &ClairInput, step: UpgradeStep, version: &str) -> String {

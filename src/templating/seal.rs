@@ -98,11 +98,18 @@ impl Seal {
     ) -> Result<Self, kube::Error> {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
         loop {
-            if let Some(secret) = secrets.get_opt(name).await?
-                && let Some(key) = secret.data.as_ref().and_then(|d| d.get(KEY))
-                && key.0.len() >= 32
-            {
-                return Ok(Seal::from_key(key.0.clone()));
+            if let Some(secret) = secrets.get_opt(name).await? {
+                return match secret.data.as_ref().and_then(|d| d.get(KEY)) {
+                    Some(key) if key.0.len() >= 32 => Ok(Seal::from_key(key.0.clone())),
+                    // Not ours to overwrite: someone must look at it.
+                    _ => Err(kube::Error::Service(
+                        format!(
+                            "Secret {namespace}/{name} has no key {KEY:?} of 32 bytes or more: \
+                             delete it and the operator makes a new one"
+                        )
+                        .into(),
+                    )),
+                };
             }
             let mut key = vec![0u8; 32];
             getrandom::fill(&mut key).map_err(|e| {

@@ -674,6 +674,21 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
             .context("the perService switch was accepted")?
     );
     ensure!(refusal.contains("perService cannot change"), "{refusal}");
+    // Nor can it go external and come back with another layout.
+    let swapped = patch_spec(
+        &client,
+        &ns,
+        "clair",
+        json!({"database": {"managed": null, "external": {
+            "indexer": {"name": "x", "key": "y"}, "matcher": {"name": "x", "key": "y"},
+            "notifier": {"name": "x", "key": "y"}}}}),
+    )
+    .await;
+    let refusal = format!(
+        "{:#}",
+        swapped.err().context("the swap to external was accepted")?
+    );
+    ensure!(refusal.contains("cannot be swapped"), "{refusal}");
 
     // Deleting the Clair deletes what it owns, except the data claim.
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);

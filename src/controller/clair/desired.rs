@@ -37,9 +37,9 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         secrets.keep(input.config_secret_name())
     };
     // An external database leaves a formerly managed one as it is (its data claims are
-    // the user's to delete).
+    // the user's to delete). An engine image outside the allow-list is not run.
     let (config_maps, services, stateful_sets, network_policies) = match managed {
-        Some(managed) => {
+        Some(managed) if observed.images_allowed => {
             let engines = db::engines(input, managed);
             (
                 Owned::exactly().apply(db::bootstrap(input)),
@@ -50,7 +50,7 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
                     .apply_some(managed.network_policy.then(|| db::network_policy(input))),
             )
         }
-        None => (
+        _ => (
             Owned::at_least(),
             Owned::at_least(),
             Owned::at_least(),

@@ -57,6 +57,8 @@ pub struct Observed {
     /// The version the services ran so far (`status.version`) and the spec's.
     pub running_version: Option<String>,
     pub desired_version: Option<String>,
+    /// Every image the spec names is one the operator may run (`--allowed-images`).
+    pub images_allowed: bool,
 }
 
 /// Reads everything about `input`'s `Clair` (`clair`, read fresh).
@@ -97,7 +99,12 @@ pub async fn observe(
     };
     let key = psk.get(render::PSK_KEY).cloned().unwrap_or_default();
     let root = render::root_config(input, &database.connections, &key);
-    let config = config(context, input, &root).await?;
+    let image_refusal = context.images.refusal(&images::clair_images(input.spec));
+    let images_allowed = image_refusal.is_none();
+    let config = match image_refusal {
+        Some(refusal) => ConfigObservation::Invalid { message: refusal },
+        None => config(context, input, &root).await?,
+    };
     let children = [
         child::<Indexer>(context, input).await?,
         child::<Matcher>(context, input).await?,
@@ -131,6 +138,7 @@ pub async fn observe(
         served,
         running_version,
         desired_version,
+        images_allowed,
     })
 }
 
@@ -188,9 +196,6 @@ async fn config(
     input: &ClairInput<'_>,
     root: &Value,
 ) -> Result<ConfigObservation, ObserveError> {
-    if let Some(refusal) = context.images.refusal(&images::clair_images(input.spec)) {
-        return Ok(ConfigObservation::Invalid { message: refusal });
-    }
     let root = Document {
         name: format!(
             "the generated config (Secret {})",
