@@ -82,6 +82,7 @@ const AUDIT_POLICY: &str = r#"{
   "kind": "Policy",
   "omitStages": ["RequestReceived"],
   "rules": [
+    {"level": "Metadata", "users": ["clair-operator", "system:serviceaccount:clair-operator:clair-operator"]},
     {"level": "None", "verbs": ["get", "list", "watch"]},
     {"level": "Metadata"}
   ]

@@ -6,6 +6,7 @@ mod clair;
 mod clairconfig;
 mod crds;
 mod hardening;
+mod rbac;
 mod services;
 mod support;
 mod webhook;
@@ -17,7 +18,13 @@ use support::runner::TestFn;
 
 fn main() -> ExitCode {
     // The tests mostly wait on the cluster: run more of them at once than there are cores.
-    support::runner::main("the test control plane", 8, TestEnv::start, registry())
+    support::runner::main(
+        "the test control plane",
+        8,
+        TestEnv::start,
+        registry(),
+        &[("rbac::every_grant_is_used", rbac::every_grant_is_used)],
+    )
 }
 
 fn registry() -> Vec<(&'static str, TestFn)> {

@@ -22,7 +22,7 @@ use support::runner::TestFn;
 
 fn main() -> ExitCode {
     // Each test runs real containers on two cores: a few at a time.
-    support::runner::main("the real-node test cluster", 2, start, registry())
+    support::runner::main("the real-node test cluster", 2, start, registry(), &[])
 }
 
 /// The control plane with a real node holding Clair's image at the pinned version, and the

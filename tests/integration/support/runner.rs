@@ -26,12 +26,21 @@ macro_rules! tests {
 
 /// Parses the test arguments, starts the cluster with `start` (unless only listing), runs
 /// `tests` on `threads` threads (unless told otherwise) and stops the cluster.
+/// A check over what the whole suite did, run once every test has passed (and only when no
+/// test was filtered out): `(name, check)`.
+pub type SuiteCheck = (&'static str, fn(&TestEnv) -> anyhow::Result<()>);
+
 pub fn main(
     what: &str,
     threads: usize,
     start: fn() -> anyhow::Result<TestEnv>,
     tests: Vec<(&'static str, TestFn)>,
+    after: &[SuiteCheck],
 ) -> ExitCode {
+    let whole_suite = {
+        let args = Arguments::from_args();
+        args.filter.is_none() && args.skip.is_empty() && !args.exact
+    };
     let mut args = Arguments::from_args();
     args.test_threads.get_or_insert(threads);
     if args.list {
@@ -56,8 +65,24 @@ pub fn main(
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
+    let mut failed = conclusion.has_failed();
+    if whole_suite && !failed {
+        for (name, check) in after {
+            match check(&env) {
+                Ok(()) => println!("after the suite: {name} ... ok"),
+                Err(e) => {
+                    println!("after the suite: {name} ... FAILED\n{e:#}");
+                    failed = true;
+                }
+            }
+        }
+    }
     drop(env);
-    conclusion.exit_code()
+    if failed {
+        ExitCode::from(101)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Runs one async test on its own runtime (clients are tied to the runtime that made them).

@@ -1,0 +1,167 @@
+//! The operator's ClusterRole (`deploy/base/rbac.yaml`) grants what the code uses, and no
+//! more: checked once the whole suite has run, against every request the operator made (the
+//! test control plane's audit log records all of the operator's requests, reads included).
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, ensure};
+use serde_json::Value;
+
+use crate::support::TestEnv;
+
+/// Grants the suite cannot exercise, each with why it is needed anyway.
+const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
+    // (group, resource, verb, why)
+    (
+        "route.openshift.io",
+        "routes/custom-host",
+        "create",
+        "OpenShift checks it before a new Route names its host; the test cluster is not OpenShift",
+    ),
+    (
+        "route.openshift.io",
+        "routes/custom-host",
+        "update",
+        "OpenShift checks it before a Route's host changes",
+    ),
+    (
+        "route.openshift.io",
+        "routes",
+        "delete",
+        "the pruner removes Routes when routing moves to another kind; no test runs Routes",
+    ),
+    (
+        "",
+        "configmaps",
+        "delete",
+        "the pruner removes a managed database's bootstrap script it no longer wants",
+    ),
+    (
+        "",
+        "services",
+        "delete",
+        "the pruner removes the Services of engines no longer wanted",
+    ),
+    (
+        "apps",
+        "statefulsets",
+        "delete",
+        "the pruner removes engines no longer wanted",
+    ),
+    (
+        "batch",
+        "cronjobs",
+        "delete",
+        "the pruner removes the updater CronJob when the matcher runs the updaters again",
+    ),
+    (
+        "clair.projectquay.io",
+        "indexers",
+        "delete",
+        "the pruner removes a Clair's stray indexer",
+    ),
+    (
+        "clair.projectquay.io",
+        "matchers",
+        "delete",
+        "the pruner removes a Clair's stray matcher",
+    ),
+    (
+        "policy",
+        "poddisruptionbudgets",
+        "delete",
+        "the pruner removes a service's stray budget",
+    ),
+    (
+        "monitoring.coreos.com",
+        "servicemonitors",
+        "delete",
+        "the pruner removes a service's stray ServiceMonitor",
+    ),
+];
+
+/// `(group, resource, verb)` of every grant of the ClusterRole in `deploy/base/rbac.yaml`.
+fn granted() -> anyhow::Result<BTreeSet<(String, String, String)>> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/rbac.yaml");
+    let text = std::fs::read_to_string(path)?;
+    let mut grants = BTreeSet::new();
+    for document in text.split("\n---\n") {
+        let value: Value = serde_saphyr::from_str(document)?;
+        if value["kind"] != "ClusterRole" {
+            continue;
+        }
+        for rule in value["rules"].as_array().context("rules")? {
+            let strings = |key: &str| -> Vec<String> {
+                rule[key]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            for group in strings("apiGroups") {
+                for resource in strings("resources") {
+                    for verb in strings("verbs") {
+                        grants.insert((group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+    }
+    Ok(grants)
+}
+
+/// `(group, resource[/subresource], verb)` of every request the operator made.
+fn used(env: &TestEnv) -> anyhow::Result<BTreeSet<(String, String, String)>> {
+    let text = std::fs::read_to_string(env.plane.audit_log())?;
+    let mut used = BTreeSet::new();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if entry["user"]["username"] != clair_testenv::OPERATOR {
+            continue;
+        }
+        let object = &entry["objectRef"];
+        let Some(resource) = object["resource"].as_str() else {
+            continue;
+        };
+        let resource = match object["subresource"].as_str() {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_string(),
+        };
+        let group = object["apiGroup"].as_str().unwrap_or_default().to_string();
+        let verb = entry["verb"].as_str().unwrap_or_default().to_string();
+        // A server-side apply that creates is audited as `patch` but also needs `create`.
+        if verb == "patch" {
+            used.insert((group.clone(), resource.clone(), "create".to_string()));
+        }
+        used.insert((group, resource, verb));
+    }
+    Ok(used)
+}
+
+pub fn every_grant_is_used(env: &TestEnv) -> anyhow::Result<()> {
+    let granted = granted()?;
+    let used = used(env)?;
+    let unused: Vec<String> = granted
+        .iter()
+        .filter(|grant| !used.contains(*grant))
+        .filter(|(g, r, v)| {
+            !NOT_EXERCISED
+                .iter()
+                .any(|(eg, er, ev, _)| eg == g && er == r && ev == v)
+        })
+        .map(|(g, r, v)| format!("{v} {r} ({g})"))
+        .collect();
+    ensure!(
+        unused.is_empty(),
+        "the ClusterRole grants what the operator never used in the suite: {}; drop them from \
+         deploy/base/rbac.yaml, or list them in tests/integration/rbac.rs NOT_EXERCISED with \
+         why they are needed",
+        unused.join(", ")
+    );
+    Ok(())
+}
