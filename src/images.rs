@@ -27,12 +27,19 @@ impl ImagePolicy {
 
     /// Whether `image` is under an allowed prefix. A prefix matches whole path segments:
     /// `quay.io/projectquay` allows `quay.io/projectquay/clair:4.9.0`, not
-    /// `quay.io/projectquay-evil/clair`.
+    /// `quay.io/projectquay-evil/clair`; a bare registry host (`registry.example`) allows
+    /// its repositories, not `registry.example:5000/...`, another registry.
     pub fn allows(&self, image: &str) -> bool {
         self.prefixes.is_empty()
             || self.prefixes.iter().any(|prefix| {
                 image.strip_prefix(prefix.as_str()).is_some_and(|rest| {
-                    rest.is_empty() || prefix.ends_with('/') || rest.starts_with(['/', ':', '@'])
+                    // After a repository, `:` starts a tag and `@` a digest; after a host,
+                    // `:` would start a port.
+                    let repository = prefix.contains('/');
+                    rest.is_empty()
+                        || prefix.ends_with('/')
+                        || rest.starts_with('/')
+                        || (repository && rest.starts_with([':', '@']))
                 })
             })
     }
@@ -107,6 +114,13 @@ mod tests {
         assert!(!policy.allows("quay.io/projectquay-evil/clair:1"));
         assert!(!policy.allows("docker.io/evil/clair:1"));
         assert!(ImagePolicy::default().allows("anything"));
+        let host = ImagePolicy::new(["registry.example".to_string()]);
+        assert!(host.allows("registry.example/clair:4.9.0"));
+        assert!(!host.allows("registry.example:5000/evil/clair:1"));
+        assert!(!host.allows("registry.example.evil.com/clair:1"));
+        let repository = ImagePolicy::new(["quay.io/projectquay/clair".to_string()]);
+        assert!(repository.allows("quay.io/projectquay/clair:4.9.0"));
+        assert!(repository.allows("quay.io/projectquay/clair@sha256:abc"));
     }
 
     #[test]
