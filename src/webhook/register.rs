@@ -297,6 +297,34 @@ pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfigurat
     }
 }
 
+/// Whether both configurations exist and hand the apiserver `ca_cert`.
+async fn configuration_current(
+    client: &Client,
+    settings: &Settings,
+    ca_cert: &str,
+) -> Result<bool, Error> {
+    let bundle = ByteString(ca_cert.as_bytes().to_vec());
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&settings.name)
+        .await?;
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&settings.name)
+        .await?;
+    let validating_current = validating.is_some_and(|c| {
+        c.webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.ca_bundle.as_ref() == Some(&bundle))
+    });
+    let mutating_current = mutating.is_some_and(|c| {
+        c.webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.ca_bundle.as_ref() == Some(&bundle))
+    });
+    Ok(validating_current && mutating_current)
+}
+
 async fn ensure_configuration(
     client: &Client,
     settings: &Settings,
@@ -378,7 +406,22 @@ pub async fn run(
                 info!("webhook certificate reloaded");
                 serving = bundle;
             }
-            Ok(_) => {}
+            Ok(_) => {
+                // Someone deleted a configuration, or changed its CA: put it back (a read
+                // each time, a write only then, so an idle operator writes nothing).
+                match configuration_current(&client, &settings, &serving.ca_cert).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        warn!("the webhook configuration was missing or changed; restoring it");
+                        if let Err(e) =
+                            ensure_configuration(&client, &settings, &serving.ca_cert).await
+                        {
+                            warn!(error = %e, "cannot restore the webhook configuration");
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "cannot read the webhook configuration"),
+                }
+            }
             Err(e) => warn!(error = %e, "cannot check the webhook certificate"),
         }
     }
