@@ -4,8 +4,8 @@
 //! outside the list, and the controllers do not render one (its config is reported invalid),
 //! so an image slipped in while the webhook was down never runs either.
 
-use crate::api::{ClairSpec, DEFAULT_IMAGE, ServiceSpec};
-use crate::render::database::DEFAULT_IMAGE as POSTGRES_IMAGE;
+use crate::api::{ClairSpec, ServiceSpec};
+use crate::render;
 
 /// An allow-list of image repository prefixes; empty allows every image.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -64,11 +64,7 @@ impl ImagePolicy {
 
 /// Every image a `Clair` runs, with the field that sets it (defaults included).
 pub fn clair_images(spec: &ClairSpec) -> Vec<(String, String)> {
-    let image = spec
-        .image
-        .clone()
-        .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
-    let mut images = vec![("spec.image".to_string(), image)];
+    let mut images = vec![("spec.image".to_string(), render::clair::image(spec))];
     let overrides = [
         ("indexer", spec.indexer.as_ref()),
         ("matcher", spec.matcher.as_ref()),
@@ -80,23 +76,17 @@ pub fn clair_images(spec: &ClairSpec) -> Vec<(String, String)> {
         }
     }
     if let Some(managed) = &spec.database.managed {
-        let image = managed
-            .image
-            .clone()
-            .unwrap_or_else(|| POSTGRES_IMAGE.to_string());
-        images.push(("spec.database.managed.image".to_string(), image));
+        images.push((
+            "spec.database.managed.image".to_string(),
+            render::database::engine_image(managed),
+        ));
     }
     images
 }
 
 /// The image of a service resource (the default included).
 pub fn service_images(spec: &ServiceSpec) -> Vec<(String, String)> {
-    vec![(
-        "spec.image".to_string(),
-        spec.image
-            .clone()
-            .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
-    )]
+    vec![("spec.image".to_string(), render::service::image(spec))]
 }
 
 #[cfg(test)]

@@ -46,16 +46,21 @@ pub fn operations(name: &str, count: usize) -> Result<(), Error> {
 /// `value` (the config after `name` was parsed or applied) would serialize within
 /// [`MAX_DOCUMENT_BYTES`].
 pub fn value(name: &str, value: &Value) -> Result<(), Error> {
-    if serialized_within(value, MAX_DOCUMENT_BYTES).is_none() {
-        return Err(Error::TooLarge {
-            name: name.to_string(),
-            message: format!(
-                "the merged config would exceed {MAX_DOCUMENT_BYTES} bytes (1 MiB), the most a \
-                 config may hold; the drop-in is not applied"
-            ),
-        });
+    match serialized_within(value, MAX_DOCUMENT_BYTES) {
+        Some(_) => Ok(()),
+        None => Err(too_large(name)),
     }
-    Ok(())
+}
+
+/// The config after `name` would pass [`MAX_DOCUMENT_BYTES`].
+fn too_large(name: &str) -> Error {
+    Error::TooLarge {
+        name: name.to_string(),
+        message: format!(
+            "the merged config would exceed {MAX_DOCUMENT_BYTES} bytes (1 MiB), the most a \
+             config may hold; the drop-in is not applied"
+        ),
+    }
 }
 
 /// The bytes `value` serializes to as compact JSON, if within `budget`; `None` as soon as
@@ -143,13 +148,7 @@ impl PatchBudget {
                 self.size += bytes + 16;
                 Ok(())
             }
-            _ => Err(Error::TooLarge {
-                name: name.to_string(),
-                message: format!(
-                    "the merged config would exceed {MAX_DOCUMENT_BYTES} bytes (1 MiB), the most \
-                     a config may hold; the drop-in is not applied"
-                ),
-            }),
+            _ => Err(too_large(name)),
         }
     }
 }

@@ -284,11 +284,11 @@ fn check_documents(root: &Document, dropins: &[Document], mode: ServiceKind) -> 
     }
 }
 
-/// A short, stable hash of a merged config: serde_json writes object keys in sorted order,
-/// so equal configs hash equal however their documents were written.
+/// A short, stable hash of a JSON value (a merged config, an object the operator applies):
+/// serde_json writes object keys in sorted order, so equal values hash equal however they
+/// were written.
 pub fn hash(config: &Value) -> String {
-    let digest = Sha256::digest(config.to_string().as_bytes());
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&Sha256::digest(config.to_string().as_bytes())[..8])
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tracing::debug;
 
 use super::error::ApplyError;
@@ -94,25 +93,28 @@ impl Applier<'_> {
             .map(|o| (o.name_any(), o))
             .collect();
         for (name, write) in owned.objects() {
-            let current = || async {
-                match controlled.get(name) {
-                    Some(object) => Ok(Some(object.clone())),
-                    // Not (or not yet) controlled by the owner: a kept Secret without an
-                    // owner, or an object of the same name someone else made.
-                    None => api.get_opt(name).await.map_err(|source| ApplyError::Read {
+            let desired = match write {
+                Write::Keep => continue,
+                Write::Apply(desired) | Write::CreateOnce(desired) => desired,
+            };
+            // Not (or not yet) controlled by the owner: a kept Secret without an owner, or an
+            // object of the same name someone else made; read by name.
+            let read;
+            let current = match controlled.get(name) {
+                Some(object) => Some(object),
+                None => {
+                    read = api.get_opt(name).await.map_err(|source| ApplyError::Read {
                         kind: kind.clone(),
                         name: name.clone(),
                         source,
-                    }),
+                    })?;
+                    read.as_ref()
                 }
             };
-            let outcome = match write {
-                Write::Keep => Outcome::Unchanged,
-                Write::Apply(desired) => apply(&api, desired, current().await?.as_ref()).await?,
-                Write::CreateOnce(desired) => match current().await? {
-                    Some(_) => Outcome::Unchanged,
-                    None => apply(&api, desired, None).await?,
-                },
+            let outcome = match (write, current) {
+                (Write::CreateOnce(_), Some(_)) => Outcome::Unchanged,
+                (Write::CreateOnce(_), None) => apply(&api, &kind, desired, None).await?,
+                _ => apply(&api, &kind, desired, current).await?,
             };
             log(&kind, name, outcome);
         }
@@ -230,21 +232,25 @@ where
     }
 }
 
-/// Applies `desired` unless `current` already holds it. A hand edit of a field the operator
-/// owns makes `current` differ, so it is reverted; fields others own are left alone.
-pub async fn apply<T>(api: &Api<T>, desired: &T, current: Option<&T>) -> Result<Outcome, ApplyError>
+/// Applies `desired` (of `kind`) unless `current` already holds it. A hand edit of a field the
+/// operator owns makes `current` differ, so it is reverted; fields others own are left alone.
+async fn apply<T>(
+    api: &Api<T>,
+    kind: &str,
+    desired: &T,
+    current: Option<&T>,
+) -> Result<Outcome, ApplyError>
 where
     T: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     let name = desired.name_any();
     let serialize = |source| ApplyError::Serialize {
-        kind: kind_of(desired),
+        kind: kind.to_string(),
         name: name.clone(),
         source,
     };
     let mut value = serde_json::to_value(desired).map_err(serialize)?;
-    let digest = Sha256::digest(value.to_string().as_bytes());
-    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let hash = crate::clairconfig::hash(&value);
     value["metadata"]["annotations"][APPLIED] = Value::String(hash.clone());
     if let Some(current) = current {
         let current_value = serde_json::to_value(current).map_err(serialize)?;
@@ -260,7 +266,7 @@ where
     )
     .await
     .map_err(|source| ApplyError::Write {
-        kind: kind_of(desired),
+        kind: kind.to_string(),
         name: name.clone(),
         source,
     })?;
@@ -269,20 +275,6 @@ where
     } else {
         Outcome::Created
     })
-}
-
-/// The kind of an object as serialized (dynamic objects carry theirs in `types`).
-fn kind_of<T: Resource + Serialize>(object: &T) -> String {
-    serde_json::to_value(object)
-        .ok()
-        .and_then(|v| v["kind"].as_str().map(str::to_string))
-        .unwrap_or_else(|| {
-            std::any::type_name::<T>()
-                .rsplit("::")
-                .next()
-                .unwrap_or("object")
-                .to_string()
-        })
 }
 
 /// Whether `actual` holds every field of `desired` with the same value (lists element by

@@ -79,10 +79,7 @@ impl ClairInput<'_> {
     }
 
     pub fn image(&self) -> String {
-        self.spec
-            .image
-            .clone()
-            .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+        image(self.spec)
     }
 
     /// The image of one service: its own override, else `spec.image`.
@@ -143,6 +140,13 @@ impl<'a> ClairInput<'a> {
             users: PodUsers::Numeric,
         }
     }
+}
+
+/// The Clair image of a `Clair`: `spec.image`, else the default.
+pub fn image(spec: &ClairSpec) -> String {
+    spec.image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
 }
 
 pub fn child_name(clair: &str, role: ServiceKind) -> String {

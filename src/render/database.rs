@@ -86,6 +86,14 @@ pub fn engine_of(engines: &[Engine], role: ServiceKind) -> Option<&Engine> {
     engines.iter().find(|e| e.roles.contains(&role))
 }
 
+/// The PostgreSQL image of a managed engine: `managed.image`, else the default.
+pub fn engine_image(managed: &ManagedDatabase) -> String {
+    managed
+        .image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+}
+
 pub fn passwords_secret_name(input: &ClairInput) -> String {
     format!("{}-database", input.name)
 }
@@ -325,12 +333,7 @@ pub fn statefulset(input: &ClairInput, managed: &ManagedDatabase, engine: &Engin
     };
     let container = Container {
         name: "postgres".to_string(),
-        image: Some(
-            managed
-                .image
-                .clone()
-                .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
-        ),
+        image: Some(engine_image(managed)),
         args: Some(vec![
             "-c".to_string(),
             format!("max_connections={max_connections}"),

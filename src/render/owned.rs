@@ -101,14 +101,6 @@ impl<T: kube::Resource> Owned<T> {
     pub fn untouched(&self) -> bool {
         self.objects.is_empty() && !self.prune
     }
-
-    /// The object `name`, if it is written (applied or created).
-    pub fn get(&self, name: &str) -> Option<&T> {
-        match self.objects.get(name)? {
-            Write::Apply(object) | Write::CreateOnce(object) => Some(object),
-            Write::Keep => None,
-        }
-    }
 }
 
 /// Everything a `Clair` owns, in the order the applier writes it: credentials and config
@@ -183,6 +175,5 @@ mod tests {
         assert!(matches!(owned.objects()["a"], Write::Apply(_)));
         assert!(matches!(owned.objects()["b"], Write::CreateOnce(_)));
         assert_eq!(owned.objects()["c"], Write::Keep);
-        assert!(owned.get("a").is_some() && owned.get("c").is_none());
     }
 }

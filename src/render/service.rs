@@ -73,6 +73,13 @@ impl ConfigSnapshot {
     }
 }
 
+/// The Clair image of a service resource: `spec.image`, else the default.
+pub fn image(spec: &ServiceSpec) -> String {
+    spec.image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+}
+
 pub fn snapshot_name(resource: &str, hash: &str) -> String {
     format!("{resource}-config-{}", &hash[..hash.len().min(10)])
 }
@@ -188,11 +195,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
     );
     let container = Container {
         name: "clair".to_string(),
-        image: Some(
-            spec.image
-                .clone()
-                .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
-        ),
+        image: Some(image(spec)),
         env: Some(env),
         ports: Some(vec![
             ContainerPort {

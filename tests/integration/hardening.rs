@@ -276,16 +276,6 @@ pub async fn images_outside_the_allow_list_are_refused(env: &TestEnv) -> anyhow:
     Ok(())
 }
 
-/// The rendered `config.yaml` of templated Secret `name`, if any.
-async fn rendered(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(client.clone(), ns);
-    Ok(secrets.get(name).await?.data.and_then(|d| {
-        d.get("config.yaml")
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-    }))
-}
-
 pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> anyhow::Result<()> {
     use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Secret;
@@ -319,7 +309,7 @@ pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> 
             &serde_json::from_value(template("honest"))?,
         )
         .await?;
-    let honest = rendered(&client, &ns, "honest")
+    let honest = crate::webhook::output_of(env, &ns, "honest")
         .await?
         .context("honest not rendered")?;
     ensure!(honest.contains("first-value"), "{honest}");
@@ -341,7 +331,10 @@ pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> 
                 &serde_json::from_value(template("sneaky"))?,
             )
             .await?;
-        if rendered(&client, &ns, "sneaky").await?.is_none() {
+        if crate::webhook::output_of(env, &ns, "sneaky")
+            .await?
+            .is_none()
+        {
             unseen = true;
             break;
         }
@@ -377,10 +370,9 @@ pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> 
         std::time::Duration::from_secs(30),
         "the sealed template re-rendered",
         || {
-            let client = client.clone();
             let ns = ns.clone();
             async move {
-                Ok(rendered(&client, &ns, "honest")
+                Ok(crate::webhook::output_of(env, &ns, "honest")
                     .await?
                     .is_some_and(|t| t.contains("second-value")))
             }
@@ -389,7 +381,9 @@ pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> 
     .await?;
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     ensure!(
-        rendered(&client, &ns, "sneaky").await?.is_none(),
+        crate::webhook::output_of(env, &ns, "sneaky")
+            .await?
+            .is_none(),
         "a template the webhook never saw was filled in with the operator's access"
     );
     Ok(())

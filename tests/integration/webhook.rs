@@ -177,7 +177,7 @@ fn templated(kind: &str, name: &str, template: &str) -> String {
     )
 }
 
-async fn output_of(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
+pub async fn output_of(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
     let secrets: Api<Secret> = Api::namespaced(env.client().await?, ns);
     Ok(secrets.get(name).await?.data.and_then(|d| {
         d.get("config.yaml")

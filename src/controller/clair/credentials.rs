@@ -20,10 +20,7 @@ fn random_bytes(count: usize) -> Result<Vec<u8>, Error> {
 /// `count` random bytes from the operating system, hex-encoded (safe in any connection
 /// string or shell).
 pub fn random_hex(count: usize) -> Result<String, Error> {
-    Ok(random_bytes(count)?
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex::encode(random_bytes(count)?))
 }
 
 /// `count` random bytes, standard padded base64 (what Clair's `auth.psk.key` decodes).

@@ -16,6 +16,7 @@ use crate::api::ServiceKind;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
 use crate::controller::Context;
 use crate::controller::error::ObserveError;
+use crate::controller::service::observe::read;
 use crate::database::budget::{self, Demand};
 use crate::database::connstring::{self, ConnSettings};
 use crate::database::probe::{self, FailureKind, ProbeOptions};
@@ -129,10 +130,7 @@ pub async fn external(
             config_map: None,
             secret: Some(reference.clone()),
         };
-        let read = crate::sources::read_source(&context.client, input.namespace, &source)
-            .await
-            .map_err(ObserveError::reading(source.describe()))?;
-        let text = match read {
+        let text = match read(&context.client, input.namespace, &source).await? {
             Ok(document) => document.text.trim().to_string(),
             Err(what) => {
                 failures.push((Reason::DatabaseMisconfigured, format!("{role}: {what}")));

@@ -17,7 +17,7 @@ use crate::clairconfig::{self, Document};
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
 use crate::controller::service::ServiceResource;
-use crate::controller::service::observe::judge;
+use crate::controller::service::observe::{judge, read};
 use crate::controller::{Context, Error};
 use crate::database::budget;
 use crate::database::probe::ProbeOptions;
@@ -219,10 +219,7 @@ async fn config(
                 ),
             });
         }
-        let read = crate::sources::read_source(&context.client, input.namespace, source)
-            .await
-            .map_err(ObserveError::reading(source.describe()))?;
-        match read {
+        match read(&context.client, input.namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => {
                 return Ok(ConfigObservation::Missing {

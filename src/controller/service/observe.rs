@@ -98,8 +98,9 @@ impl Observed {
     }
 }
 
-/// Reads one config source; `Ok(Err(what))` names what is missing.
-async fn read(
+/// Reads one config source; `Ok(Err(what))` names what is missing. Every reconcile reads
+/// its sources through this, so a failed read names the object.
+pub async fn read(
     client: &Client,
     namespace: &str,
     source: &ConfigSource,
