@@ -105,11 +105,40 @@ struct RunArgs {
     /// and never rendered.
     #[arg(long, env = "CLAIR_OPERATOR_ALLOWED_IMAGES", value_delimiter = ',')]
     allowed_images: Vec<String>,
+    /// Watch and write only in these namespaces (`team-a,team-b`): Roles in each of them
+    /// suffice (`deploy/namespaced`), and the webhooks see only them. The whole cluster
+    /// when unset.
+    #[arg(long, env = "CLAIR_OPERATOR_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
 }
 
 impl RunArgs {
     fn images(&self) -> clair_operator::images::ImagePolicy {
         clair_operator::images::ImagePolicy::new(self.allowed_images.iter().cloned())
+    }
+
+    /// The namespaces in scope, each a valid namespace name.
+    fn namespaces(&self) -> Result<Vec<String>, String> {
+        let mut namespaces = Vec::new();
+        for name in self.namespaces.iter().map(|n| n.trim()) {
+            let valid = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !name.starts_with('-')
+                && !name.ends_with('-');
+            if !valid {
+                return Err(format!(
+                    "--namespaces: {name:?} is not a namespace name (lowercase letters, digits \
+                     and '-', at most 63, separated by commas)"
+                ));
+            }
+            if !namespaces.iter().any(|n| n == name) {
+                namespaces.push(name.to_string());
+            }
+        }
+        Ok(namespaces)
     }
 
     fn webhook(&self) -> Result<Option<webhook::register::Settings>, String> {
@@ -151,6 +180,7 @@ impl RunArgs {
             recheck: std::time::Duration::from_secs(60),
             mounted: self.webhook_cert_dir.clone(),
             images: self.images(),
+            namespaces: self.namespaces()?,
         }))
     }
 }
@@ -275,6 +305,7 @@ fn diagrams(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> 
 fn run(args: RunArgs) -> Result<(), String> {
     let webhook_settings = args.webhook()?;
     let images = args.images();
+    let namespaces = args.namespaces()?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -318,6 +349,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         let controllers = controller::Controllers {
             images,
             template_seal: seal,
+            namespaces,
         };
         let controllers = controller::run(client, controllers, until_stopped(stopped));
         tokio::pin!(controllers);

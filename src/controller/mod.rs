@@ -13,6 +13,7 @@ pub mod clair;
 pub mod error;
 pub mod service;
 pub mod templates;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -295,38 +296,37 @@ pub struct Controllers {
     /// operator's access, safe only for templates whose author the webhook checked).
     /// `None` (no webhook): no re-rendering.
     pub template_seal: Option<crate::templating::seal::Seal>,
+    /// The namespaces watched and written (`--namespaces`); the whole cluster when empty.
+    pub namespaces: Vec<String>,
 }
 
 /// Runs the controllers (`Clair`, the three service kinds, and template re-rendering when
-/// asked) until `shutdown` resolves.
+/// asked), one set per namespace in scope, until `shutdown` resolves.
 pub async fn run(
     client: Client,
     controllers: Controllers,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
     let context = Context::new(client, &controllers);
-    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let templates = async {
+    let shutdown = Box::pin(shutdown).shared();
+    if controllers.template_seal.is_none() {
+        info!("no template re-rendering: it runs only with the templating webhook");
+    }
+    let mut sets = Vec::new();
+    for scope in watch::Scope::of(&controllers.namespaces) {
+        info!(?scope, "watching");
+        let (c, s) = (context.clone(), shutdown.clone());
+        sets.push(clair::run(c.clone(), scope.clone(), s.clone()).boxed());
+        sets.push(service::run::<crate::api::Indexer>(c.clone(), scope.clone(), s.clone()).boxed());
+        sets.push(service::run::<crate::api::Matcher>(c.clone(), scope.clone(), s.clone()).boxed());
+        sets.push(service::run::<crate::api::Notifier>(c.clone(), scope.clone(), s.clone()).boxed());
         if controllers.template_seal.is_some() {
-            futures::join!(
-                templates::run::<k8s_openapi::api::core::v1::ConfigMap>(
-                    context.clone(),
-                    shutdown.clone()
-                ),
-                templates::run::<k8s_openapi::api::core::v1::Secret>(
-                    context.clone(),
-                    shutdown.clone()
-                ),
-            );
-        } else {
-            tracing::info!("no template re-rendering: it runs only with the templating webhook");
+            sets.push(templates::run::<ConfigMap>(c.clone(), scope.clone(), s.clone()).boxed());
+            sets.push(templates::run::<Secret>(c, scope, s).boxed());
         }
-    };
-    futures::join!(
-        clair::run(context.clone(), shutdown.clone()),
-        service::run::<crate::api::Indexer>(context.clone(), shutdown.clone()),
-        service::run::<crate::api::Matcher>(context.clone(), shutdown.clone()),
-        service::run::<crate::api::Notifier>(context.clone(), shutdown.clone()),
-        templates,
-    );
+    }
+    futures::future::join_all(sets).await;
 }

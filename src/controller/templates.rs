@@ -24,6 +24,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::error::ApplyError;
+use super::watch::{self, Scope};
 use super::{Context, Error};
 use crate::api::keys::{TEMPLATE_CONFIG, TEMPLATE_INPUT};
 use crate::sources::value_of;
@@ -82,24 +83,27 @@ fn dependents<K: Holder, S: Resource>(
     }
 }
 
-/// Runs the re-rendering controller for templated objects of kind `K`.
+/// Runs the re-rendering controller for templated objects of kind `K` in `scope`. The
+/// templated objects themselves are cached in full (their template is needed to map an
+/// input to them); their inputs are watched as metadata.
 pub async fn run<K: Holder>(
     context: Arc<Context>,
+    scope: Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
     let labelled = watcher::Config::default().labels(&format!("{TEMPLATE_CONFIG}=true"));
-    let controller = Controller::new(Api::<K>::all(client.clone()), labelled);
+    let controller = Controller::new(scope.api::<K>(&client), labelled);
     let store = controller.store();
     controller
         .watches(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default(),
+            watch::metadata::<Secret>(&client, &scope),
+            watch::every(),
             dependents(store.clone(), SourceKind::Secret),
         )
         .watches(
-            Api::<ConfigMap>::all(client),
-            watcher::Config::default(),
+            watch::metadata::<ConfigMap>(&client, &scope),
+            watch::every(),
             dependents(store, SourceKind::ConfigMap),
         )
         .graceful_shutdown_on(shutdown)

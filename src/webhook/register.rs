@@ -13,7 +13,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use time::OffsetDateTime;
@@ -61,6 +63,9 @@ pub struct Settings {
     pub mounted: Option<std::path::PathBuf>,
     /// The images resources may run: the resource webhook refuses others.
     pub images: crate::images::ImagePolicy,
+    /// The namespaces the operator serves (`--namespaces`); every namespace when empty.
+    /// The webhooks are called for objects in these only.
+    pub namespaces: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -228,6 +233,22 @@ fn selected(label: &str) -> (Option<LabelSelector>, Option<Vec<RuleWithOperation
     )
 }
 
+/// The namespaces the webhooks are called for: those in scope (by the name label every
+/// namespace carries), or all.
+fn in_scope(settings: &Settings) -> Option<LabelSelector> {
+    if settings.namespaces.is_empty() {
+        return None;
+    }
+    Some(LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".to_string(),
+            operator: "In".to_string(),
+            values: Some(settings.namespaces.clone()),
+        }]),
+        ..Default::default()
+    })
+}
+
 /// The ValidatingWebhookConfiguration: config validation for labelled objects.
 pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfiguration {
     let (object_selector, rules) = selected(VALIDATE_CONFIG);
@@ -244,6 +265,7 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
                 failure_policy: Some("Fail".to_string()),
                 timeout_seconds: Some(5),
                 client_config: client_config(settings, ca_cert, VALIDATE_CONFIG_PATH),
+                namespace_selector: in_scope(settings),
                 object_selector,
                 rules,
                 ..Default::default()
@@ -256,6 +278,7 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
                 failure_policy: Some("Ignore".to_string()),
                 timeout_seconds: Some(5),
                 client_config: client_config(settings, ca_cert, VALIDATE_RESOURCE_PATH),
+                namespace_selector: in_scope(settings),
                 rules: Some(vec![RuleWithOperations {
                     api_groups: Some(vec![crate::api::GROUP.to_string()]),
                     api_versions: Some(vec![crate::api::VERSION.to_string()]),
@@ -290,6 +313,7 @@ pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfigurat
             reinvocation_policy: Some("Never".to_string()),
             timeout_seconds: Some(10),
             client_config: client_config(settings, ca_cert, TEMPLATE_CONFIG_PATH),
+            namespace_selector: in_scope(settings),
             object_selector,
             rules,
             ..Default::default()

@@ -92,6 +92,16 @@ impl Process {
         &self.name
     }
 
+    /// The process id, to read `/proc/PID/status` or send it a signal.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
     /// SIGTERM, a few seconds' grace, then SIGKILL; always reaps the child.
     pub fn stop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {

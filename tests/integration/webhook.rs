@@ -356,6 +356,7 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         recheck: Duration::from_secs(1),
         mounted: Some(dir.path().to_path_buf()),
         images: crate::support::allowed_images(),
+        namespaces: Vec::new(),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let client = env.client().await?;

@@ -26,41 +26,38 @@ use tracing::debug;
 use super::apply::apply_clair;
 use super::capabilities::optional_api_changes;
 use super::error::ObserveError;
+use super::watch::{self, Scope};
 use super::{Context, Error, Owner, now};
-use crate::api::labels;
 use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, Phase};
 use crate::machine::clair::{actions, decide};
 use crate::render::clair::ClairInput;
 
-/// The `Clair` controller, until `shutdown` resolves.
+/// The `Clair` controller in `scope`, until `shutdown` resolves.
 pub async fn run(
     context: Arc<Context>,
+    scope: Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let owned = watcher::Config::default().labels(&labels::managed_selector());
-    let controller = Controller::new(
-        Api::<Clair>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let controller = Controller::new(scope.api::<Clair>(&client), watcher::Config::default());
     let store = controller.store();
     controller
-        .owns(Api::<Indexer>::all(client.clone()), owned.clone())
-        .owns(Api::<Matcher>::all(client.clone()), owned.clone())
-        .owns(Api::<Notifier>::all(client.clone()), owned.clone())
-        .owns(Api::<StatefulSet>::all(client.clone()), owned.clone())
-        .owns(Api::<NetworkPolicy>::all(client.clone()), owned.clone())
-        .owns(Api::<CronJob>::all(client.clone()), owned.clone())
-        .owns(Api::<Job>::all(client.clone()), owned.clone())
-        .owns(Api::<Ingress>::all(client.clone()), owned)
+        .owns(watch::metadata::<Indexer>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<Matcher>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<Notifier>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<StatefulSet>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<NetworkPolicy>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<CronJob>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<Job>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<Ingress>(&client, &scope), watch::managed())
         .watches(
-            Api::<ConfigMap>::all(client.clone()),
-            watcher::Config::default(),
+            watch::metadata::<ConfigMap>(&client, &scope),
+            watch::every(),
             referencing(store.clone(), super::names_config_map),
         )
         .watches(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default(),
+            watch::metadata::<Secret>(&client, &scope),
+            watch::every(),
             referencing(store, super::names_secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))

@@ -14,7 +14,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -24,8 +23,8 @@ use serde::de::DeserializeOwned;
 use tracing::debug;
 
 use super::apply::apply_service;
+use super::watch::{self, Scope};
 use super::{Context, Error, Owner, now};
-use crate::api::labels;
 use crate::api::service::ClairService;
 use crate::api::{ConfigSource, Phase};
 use crate::machine::service::decide;
@@ -58,31 +57,28 @@ impl<T> ServiceResource for T where
 {
 }
 
-/// The controller of kind `K`, until `shutdown` resolves.
+/// The controller of kind `K` in `scope`, until `shutdown` resolves.
 pub async fn run<K: ServiceResource>(
     context: Arc<Context>,
+    scope: Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let owned = watcher::Config::default().labels(&labels::managed_selector());
-    let controller = Controller::new(Api::<K>::all(client.clone()), watcher::Config::default());
+    let controller = Controller::new(scope.api::<K>(&client), watcher::Config::default());
     let store = controller.store();
     controller
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .owns(Api::<Service>::all(client.clone()), owned.clone())
-        .owns(
-            Api::<HorizontalPodAutoscaler>::all(client.clone()),
-            owned.clone(),
-        )
-        .owns(Api::<PodDisruptionBudget>::all(client.clone()), owned)
+        .owns(watch::metadata::<Deployment>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<Service>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<HorizontalPodAutoscaler>(&client, &scope), watch::managed())
+        .owns(watch::metadata::<PodDisruptionBudget>(&client, &scope), watch::managed())
         .watches(
-            Api::<ConfigMap>::all(client.clone()),
-            watcher::Config::default(),
+            watch::metadata::<ConfigMap>(&client, &scope),
+            watch::every(),
             referencing(store.clone(), super::names_config_map),
         )
         .watches(
-            Api::<Secret>::all(client),
-            watcher::Config::default(),
+            watch::metadata::<Secret>(&client, &scope),
+            watch::every(),
             referencing(store, super::names_secret),
         )
         .reconcile_all_on(super::capabilities::optional_api_changes(

@@ -104,6 +104,7 @@ impl Operator {
                     let controllers = controller::Controllers {
                         images: allowed_images(),
                         template_seal: Some(seal),
+                        namespaces: Vec::new(),
                     };
                     controller::run(client, controllers, until_stopped(stopped)).await;
                     match webhook.await {
@@ -145,6 +146,7 @@ fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
         recheck: Duration::from_secs(1),
         mounted: None,
         images: allowed_images(),
+        namespaces: Vec::new(),
     })
 }
 
@@ -176,6 +178,25 @@ impl TestEnv {
             real_node: Some(images),
             ..Options::default()
         })
+    }
+
+    /// The control plane (kwok nodes) with the CRDs and PostgreSQL, and no operator at all:
+    /// for tests that run the operator as processes of their own (`tests/standalone`),
+    /// scoped, killed or doubled, installing its RBAC themselves.
+    pub fn start_without_operator() -> anyhow::Result<Self> {
+        let plane = ControlPlane::start(Options::default())?;
+        let postgres = Postgres::start_reachable(&plane.dir().join("logs"), None)
+            .context("start PostgreSQL for the database tests")?;
+        let env = Self {
+            _operator: None,
+            plane,
+            postgres,
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(env.install_crds())?;
+        Ok(env)
     }
 
     fn start_with(options: Options) -> anyhow::Result<Self> {

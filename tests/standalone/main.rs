@@ -1,0 +1,33 @@
+//! The standalone tier: the same control plane as the integration tests with no operator in
+//! it, so each test runs `clair-operator run` as processes of its own (scoped to namespaces,
+//! as a given ServiceAccount, measured) without a cluster-wide operator doing the work for it.
+//! One test at a time: two operators watching the same objects would share the work.
+
+#[path = "../integration/support/mod.rs"]
+mod support;
+
+mod operator;
+mod scope;
+mod watches;
+
+use std::process::ExitCode;
+
+use support::TestEnv;
+use support::runner::TestFn;
+
+fn main() -> ExitCode {
+    support::runner::main(
+        "the standalone test control plane",
+        1,
+        TestEnv::start_without_operator,
+        registry(),
+        &[],
+    )
+}
+
+fn registry() -> Vec<(&'static str, TestFn)> {
+    tests![
+        scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
+        watches::unrelated_secrets_cost_their_metadata_only,
+    ]
+}

@@ -1,0 +1,146 @@
+//! `--namespaces`: an operator given RoleBindings in one namespace only (`deploy/namespaced`)
+//! reconciles there, leaves other namespaces alone, never asks for what its roles do not
+//! grant, and its webhooks are called for its namespaces only.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use clair_operator::api::{Clair, Indexer, Phase};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, DeleteParams, ListParams};
+
+use crate::operator::{OperatorProcess, requests_since};
+use crate::support::clair::{
+    create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
+};
+use crate::support::{TestEnv, eventually, request_line};
+
+const OVERLAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced");
+
+pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let watched = env.namespace("scoped-a").await?;
+    let other = env.namespace("scoped-c").await?;
+    // As the README installs it: the overlay, then a RoleBinding in each watched namespace
+    // (and no cluster-wide binding a test before may have left).
+    env.kubectl_ok(
+        "clair-operator",
+        &["apply", "--server-side", "--force-conflicts", "-k", OVERLAY],
+    )?;
+    env.kubectl_ok(
+        "default",
+        &["delete", "clusterrolebinding", "clair-operator", "--ignore-not-found"],
+    )?;
+    env.kubectl_ok(
+        &watched,
+        &["apply", "-f", &format!("{OVERLAY}/watched-namespace.yaml")],
+    )?;
+    for ns in [&watched, &other] {
+        external_databases(env, &client, ns).await?;
+        notifier_dropin(&client, ns, "http://quay.example.com/notify").await?;
+    }
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}");
+    let mut operator = OperatorProcess::start(
+        env,
+        "operator-scoped",
+        &[
+            "--namespaces",
+            &watched,
+            "--webhook-listen",
+            &listen,
+            "--webhook-url",
+            &url,
+        ],
+    )?;
+    let result = async {
+        create_clair(&client, &watched, "clair", external_spec()).await?;
+        create_clair(&client, &other, "clair", external_spec()).await?;
+        wait_clair(&client, &watched, "clair", "the watched namespace's Clair Available", phase_is(Phase::Available)).await?;
+        operator.check_running()?;
+
+        // The other namespace's Clair: untouched, no status, nothing created for it.
+        let theirs = Api::<Clair>::namespaced(client.clone(), &other).get("clair").await?;
+        ensure!(theirs.status.is_none(), "the Clair outside the scope got a status: {:?}", theirs.status);
+        let indexers = Api::<Indexer>::namespaced(client.clone(), &other)
+            .list(&ListParams::default())
+            .await?;
+        ensure!(indexers.items.is_empty(), "an Indexer was created outside the scope");
+
+        // The webhooks are called in the watched namespace only: an invalid labelled config
+        // is refused there and let through elsewhere.
+        let invalid = |ns: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  namespace: {ns}\n  labels:\n    clair.projectquay.io/validate-config: \"true\"\n  annotations:\n    clair.projectquay.io/config: config.yaml\ndata:\n  config.yaml: |\n    not_a_clair_key: 1\n"
+            )
+        };
+        let mut refused = false;
+        for _ in 0..30 {
+            let outcome = env.kubectl_run(&watched, &["apply", "-f", "-"], Some(&invalid(&watched)))?;
+            if !outcome.success && outcome.stderr.contains("denied the request") {
+                refused = true;
+                break;
+            }
+            ensure!(outcome.success || outcome.stderr.contains("failed calling webhook"), "unexpected kubectl failure: {}", outcome.stderr);
+            let _ = env.kubectl_run(&watched, &["delete", "configmap", "bad", "--ignore-not-found"], None)?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        ensure!(refused, "the scoped webhook did not refuse an invalid config in its namespace");
+        let outside = env.kubectl_run(&other, &["apply", "-f", "-"], Some(&invalid(&other)))?;
+        ensure!(outside.success, "the scoped webhook was called outside its namespaces: {}", outside.stderr);
+
+        // Every request it made: namespaced ones in the watched namespace or its own, nothing
+        // refused, and cluster-wide only what the narrow ClusterRole grants.
+        let requests = requests_since(env, operator.started)?;
+        ensure!(!requests.is_empty(), "no request of the scoped operator in the audit log");
+        let mut problems = Vec::new();
+        for entry in &requests {
+            let code = entry["responseStatus"]["code"].as_u64().unwrap_or(0);
+            let namespace = entry["objectRef"]["namespace"].as_str();
+            let resource = entry["objectRef"]["resource"].as_str().unwrap_or_default();
+            let line = format!("{} (namespace {namespace:?}, code {code})", request_line(entry));
+            if code == 403 {
+                problems.push(format!("refused: {line}"));
+            }
+            match namespace {
+                Some(ns) if ns == watched || ns == "clair-operator" => {}
+                Some(_) => problems.push(format!("outside the scope: {line}")),
+                None if [
+                    "customresourcedefinitions",
+                    "validatingwebhookconfigurations",
+                    "mutatingwebhookconfigurations",
+                    "subjectaccessreviews",
+                    "",
+                ]
+                .contains(&resource) => {}
+                None => problems.push(format!("cluster-wide: {line}")),
+            }
+        }
+        ensure!(problems.is_empty(), "the scoped operator overstepped:\n{}", problems.join("\n"));
+        Ok(())
+    }
+    .await;
+    drop(operator);
+    // Its webhook configurations would call a port nobody listens on any more.
+    let name = clair_operator::webhook::CONFIGURATION_NAME;
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    eventually(Duration::from_secs(10), "webhook configurations gone", || {
+        let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+        async move { Ok(api.get_opt(name).await?.is_none()) }
+    })
+    .await?;
+    result
+}
