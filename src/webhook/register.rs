@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::ByteString;
@@ -190,8 +190,8 @@ pub async fn ensure_certificate(client: &Client, settings: &Settings) -> Result<
     Ok(bundle)
 }
 
-fn client_config(settings: &Settings, ca_cert: &str, path: &str) -> WebhookClientConfig {
-    let ca_bundle = Some(ByteString(ca_cert.as_bytes().to_vec()));
+fn client_config(settings: &Settings, ca_bundle: &str, path: &str) -> WebhookClientConfig {
+    let ca_bundle = Some(ByteString(ca_bundle.as_bytes().to_vec()));
     match &settings.target {
         Target::Url(base) => WebhookClientConfig {
             url: Some(format!("{base}{path}")),
@@ -250,7 +250,7 @@ fn in_scope(settings: &Settings) -> Option<LabelSelector> {
 }
 
 /// The ValidatingWebhookConfiguration: config validation for labelled objects.
-pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfiguration {
+pub fn validating(settings: &Settings, ca_bundle: &str) -> ValidatingWebhookConfiguration {
     let (object_selector, rules) = selected(VALIDATE_CONFIG);
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -264,7 +264,7 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
                 side_effects: "None".to_string(),
                 failure_policy: Some("Fail".to_string()),
                 timeout_seconds: Some(5),
-                client_config: client_config(settings, ca_cert, VALIDATE_CONFIG_PATH),
+                client_config: client_config(settings, ca_bundle, VALIDATE_CONFIG_PATH),
                 namespace_selector: in_scope(settings),
                 object_selector,
                 rules,
@@ -277,7 +277,7 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
                 side_effects: "None".to_string(),
                 failure_policy: Some("Ignore".to_string()),
                 timeout_seconds: Some(5),
-                client_config: client_config(settings, ca_cert, VALIDATE_RESOURCE_PATH),
+                client_config: client_config(settings, ca_bundle, VALIDATE_RESOURCE_PATH),
                 namespace_selector: in_scope(settings),
                 rules: Some(vec![RuleWithOperations {
                     api_groups: Some(vec![crate::api::GROUP.to_string()]),
@@ -298,7 +298,7 @@ pub fn validating(settings: &Settings, ca_cert: &str) -> ValidatingWebhookConfig
 
 /// The MutatingWebhookConfiguration: templating for labelled objects. Mutation runs before
 /// validation, so a rendered config is validated too when the object asks for both.
-pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfiguration {
+pub fn mutating(settings: &Settings, ca_bundle: &str) -> MutatingWebhookConfiguration {
     let (object_selector, rules) = selected(TEMPLATE_CONFIG);
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -312,7 +312,7 @@ pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfigurat
             failure_policy: Some("Fail".to_string()),
             reinvocation_policy: Some("Never".to_string()),
             timeout_seconds: Some(10),
-            client_config: client_config(settings, ca_cert, TEMPLATE_CONFIG_PATH),
+            client_config: client_config(settings, ca_bundle, TEMPLATE_CONFIG_PATH),
             namespace_selector: in_scope(settings),
             object_selector,
             rules,
@@ -321,13 +321,16 @@ pub fn mutating(settings: &Settings, ca_cert: &str) -> MutatingWebhookConfigurat
     }
 }
 
-/// Whether both configurations exist and hand the apiserver `ca_cert`.
+/// Whether both configurations exist and every webhook in them trusts `ca_cert` (among
+/// others, while a rotation overlaps two CAs).
 async fn configuration_current(
     client: &Client,
     settings: &Settings,
     ca_cert: &str,
 ) -> Result<bool, Error> {
-    let bundle = ByteString(ca_cert.as_bytes().to_vec());
+    let trusts = |bundle: Option<&ByteString>| {
+        bundle.is_some_and(|b| String::from_utf8_lossy(&b.0).contains(ca_cert.trim()))
+    };
     let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .get_opt(&settings.name)
         .await?;
@@ -338,35 +341,74 @@ async fn configuration_current(
         c.webhooks
             .unwrap_or_default()
             .iter()
-            .all(|w| w.client_config.ca_bundle.as_ref() == Some(&bundle))
+            .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
     });
     let mutating_current = mutating.is_some_and(|c| {
         c.webhooks
             .unwrap_or_default()
             .iter()
-            .all(|w| w.client_config.ca_bundle.as_ref() == Some(&bundle))
+            .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
     });
     Ok(validating_current && mutating_current)
+}
+
+/// The CAs the apiserver is told to trust: the serving one, and for a while after it changed
+/// the one before, so a replica still serving a certificate of the old CA is trusted until
+/// it has reloaded (each replica rereads the certificate every recheck interval).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Trusted {
+    current: String,
+    previous: Option<(String, Instant)>,
+}
+
+impl Trusted {
+    fn new(ca_cert: &str) -> Self {
+        Self {
+            current: ca_cert.to_string(),
+            previous: None,
+        }
+    }
+
+    /// After the serving CA became `ca_cert`: the old one stays trusted until `until`.
+    fn rotated(&self, ca_cert: &str, until: Instant) -> Self {
+        if ca_cert == self.current {
+            return self.clone();
+        }
+        Self {
+            current: ca_cert.to_string(),
+            previous: Some((self.current.clone(), until)),
+        }
+    }
+
+    /// The `caBundle` at `now`: PEM certificates, one after the other.
+    fn bundle(&self, now: Instant) -> String {
+        match &self.previous {
+            Some((previous, until)) if now < *until => {
+                format!("{}\n{}\n", self.current.trim_end(), previous.trim_end())
+            }
+            _ => self.current.clone(),
+        }
+    }
 }
 
 async fn ensure_configuration(
     client: &Client,
     settings: &Settings,
-    ca_cert: &str,
+    ca_bundle: &str,
 ) -> Result<(), Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .patch(
             &settings.name,
             &params,
-            &Patch::Apply(&validating(settings, ca_cert)),
+            &Patch::Apply(&validating(settings, ca_bundle)),
         )
         .await?;
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .patch(
             &settings.name,
             &params,
-            &Patch::Apply(&mutating(settings, ca_cert)),
+            &Patch::Apply(&mutating(settings, ca_bundle)),
         )
         .await?;
     Ok(())
@@ -401,7 +443,11 @@ pub async fn run(
             let _ = stopped.wait_for(|s| *s).await;
         }
     }));
-    ensure_configuration(&client, &settings, &serving.ca_cert).await?;
+    // How long a replaced CA stays trusted: long enough for every replica to reread.
+    let overlap = settings.recheck * 5;
+    let mut trusted = Trusted::new(&serving.ca_cert);
+    let mut published = trusted.bundle(Instant::now());
+    ensure_configuration(&client, &settings, &published).await?;
     info!(listen = %settings.listen, "admission webhook serving");
     let mut shutdown = Box::pin(shutdown);
     loop {
@@ -409,11 +455,14 @@ pub async fn run(
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(settings.recheck) => {}
         }
+        let now = Instant::now();
         match current_certificate(&client, &settings).await {
             Ok(bundle) if bundle != serving => {
-                // The new CA goes to the apiserver before the server presents a certificate
-                // signed by it.
-                if let Err(e) = ensure_configuration(&client, &settings, &bundle.ca_cert).await {
+                // The new CA goes to the apiserver (beside the old one) before the server
+                // presents a certificate signed by it.
+                let next = trusted.rotated(&bundle.ca_cert, now + overlap);
+                let wanted = next.bundle(now);
+                if let Err(e) = ensure_configuration(&client, &settings, &wanted).await {
                     warn!(error = %e, "cannot update the webhook configuration");
                     continue;
                 }
@@ -428,7 +477,18 @@ pub async fn run(
                     continue;
                 }
                 info!("webhook certificate reloaded");
-                serving = bundle;
+                (serving, trusted, published) = (bundle, next, wanted);
+            }
+            Ok(_) if trusted.bundle(now) != published => {
+                // Every replica has had time to reload: the old CA is trusted no more.
+                let wanted = trusted.bundle(now);
+                match ensure_configuration(&client, &settings, &wanted).await {
+                    Ok(()) => {
+                        info!("the webhook's previous CA is no longer trusted");
+                        published = wanted;
+                    }
+                    Err(e) => warn!(error = %e, "cannot update the webhook configuration"),
+                }
             }
             Ok(_) => {
                 // Someone deleted a configuration, or changed its CA: put it back (a read
@@ -437,8 +497,7 @@ pub async fn run(
                     Ok(true) => {}
                     Ok(false) => {
                         warn!("the webhook configuration was missing or changed; restoring it");
-                        if let Err(e) =
-                            ensure_configuration(&client, &settings, &serving.ca_cert).await
+                        if let Err(e) = ensure_configuration(&client, &settings, &published).await
                         {
                             warn!(error = %e, "cannot restore the webhook configuration");
                         }
@@ -452,4 +511,22 @@ pub async fn run(
     let _ = stop.send(true);
     let _ = server.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_ca_is_trusted_beside_the_new_one_for_a_while() {
+        let start = Instant::now();
+        let trusted = Trusted::new("OLD\n");
+        assert_eq!(trusted.bundle(start), "OLD\n");
+        let until = start + Duration::from_secs(300);
+        let rotated = trusted.rotated("NEW\n", until);
+        assert_eq!(rotated.bundle(start), "NEW\nOLD\n");
+        assert_eq!(rotated.bundle(until), "NEW\n");
+        // A renewed certificate of the same CA changes nothing.
+        assert_eq!(rotated.rotated("NEW\n", until + until.duration_since(start)), rotated);
+    }
 }

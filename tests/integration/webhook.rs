@@ -111,16 +111,35 @@ pub async fn a_rotated_certificate_keeps_the_webhook_answering(
     };
     let before = secrets.get(SECRET_NAME).await?;
     let old_cert = tls(&before, "tls.crt").context("tls.crt")?;
+    let old_ca = String::from_utf8(tls(&before, "ca.crt").context("ca.crt")?)?;
 
     // Losing the Secret makes the operator issue a new CA and certificate, publish the new
-    // caBundle, and reload its server.
+    // CA beside the old one (replicas still serving the old certificate stay trusted), and
+    // reload its server; a few recheck intervals later the old CA goes.
     secrets
         .delete(SECRET_NAME, &DeleteParams::default())
         .await?;
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client);
-    eventually(Duration::from_secs(60), "a new certificate in use", || {
-        let (secrets, configurations, old_cert) =
-            (secrets.clone(), configurations.clone(), old_cert.clone());
+    let published = || {
+        let configurations = configurations.clone();
+        async move {
+            let configuration = configurations.get(CONFIGURATION_NAME).await?;
+            let bundles: Vec<String> = configuration
+                .webhooks
+                .unwrap_or_default()
+                .iter()
+                .map(|w| {
+                    let bundle = w.client_config.ca_bundle.clone().unwrap_or_default();
+                    String::from_utf8_lossy(&bundle.0).into_owned()
+                })
+                .collect();
+            anyhow::Ok(bundles)
+        }
+    };
+    let new_ca = std::sync::Mutex::new(String::new());
+    eventually(Duration::from_secs(60), "a new certificate in use, both CAs trusted", || {
+        let (secrets, old_cert, old_ca, new_ca) =
+            (secrets.clone(), old_cert.clone(), old_ca.clone(), &new_ca);
         async move {
             let Some(secret) = secrets.get_opt(SECRET_NAME).await? else {
                 return Ok(false);
@@ -128,15 +147,20 @@ pub async fn a_rotated_certificate_keeps_the_webhook_answering(
             let (Some(cert), Some(ca)) = (tls(&secret, "tls.crt"), tls(&secret, "ca.crt")) else {
                 return Ok(false);
             };
-            let configuration = configurations.get(CONFIGURATION_NAME).await?;
-            let bundle = configuration
-                .webhooks
-                .unwrap_or_default()
-                .first()
-                .and_then(|w| w.client_config.ca_bundle.clone())
-                .map(|b| b.0);
-            Ok(cert != old_cert && bundle == Some(ca))
+            let ca = String::from_utf8(ca)?;
+            let bundles = published().await?;
+            let both = bundles
+                .iter()
+                .all(|b| b.contains(ca.trim()) && b.contains(old_ca.trim()));
+            *new_ca.lock().expect("lock") = ca;
+            Ok(cert != old_cert && both)
         }
+    })
+    .await?;
+    let new_ca = new_ca.into_inner().expect("lock");
+    eventually(Duration::from_secs(60), "the old CA no longer trusted", || async {
+        let bundles = published().await?;
+        Ok(bundles.iter().all(|b| b.trim() == new_ca.trim()))
     })
     .await?;
 
@@ -345,8 +369,10 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    // Its own configuration name, so the operator's own webhook is left alone.
+    // Its own configuration name, so the operator's own webhook is left alone, and called
+    // for a namespace of its own, so it stamps no other test's templates with its seal.
     let name = "clair-operator-mounted-test";
+    let own = env.namespace("mounted").await?;
     let settings = Settings {
         name: name.to_string(),
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
@@ -356,7 +382,7 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         recheck: Duration::from_secs(1),
         mounted: Some(dir.path().to_path_buf()),
         images: crate::support::allowed_images(),
-        namespaces: Vec::new(),
+        namespaces: vec![own],
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let client = env.client().await?;
