@@ -322,7 +322,9 @@ pub async fn run(
         sets.push(clair::run(c.clone(), scope.clone(), s.clone()).boxed());
         sets.push(service::run::<crate::api::Indexer>(c.clone(), scope.clone(), s.clone()).boxed());
         sets.push(service::run::<crate::api::Matcher>(c.clone(), scope.clone(), s.clone()).boxed());
-        sets.push(service::run::<crate::api::Notifier>(c.clone(), scope.clone(), s.clone()).boxed());
+        sets.push(
+            service::run::<crate::api::Notifier>(c.clone(), scope.clone(), s.clone()).boxed(),
+        );
         if controllers.template_seal.is_some() {
             sets.push(templates::run::<ConfigMap>(c.clone(), scope.clone(), s.clone()).boxed());
             sets.push(templates::run::<Secret>(c, scope, s).boxed());

@@ -497,8 +497,7 @@ pub async fn run(
                     Ok(true) => {}
                     Ok(false) => {
                         warn!("the webhook configuration was missing or changed; restoring it");
-                        if let Err(e) = ensure_configuration(&client, &settings, &published).await
-                        {
+                        if let Err(e) = ensure_configuration(&client, &settings, &published).await {
                             warn!(error = %e, "cannot restore the webhook configuration");
                         }
                     }
@@ -527,6 +526,9 @@ mod tests {
         assert_eq!(rotated.bundle(start), "NEW\nOLD\n");
         assert_eq!(rotated.bundle(until), "NEW\n");
         // A renewed certificate of the same CA changes nothing.
-        assert_eq!(rotated.rotated("NEW\n", until + until.duration_since(start)), rotated);
+        assert_eq!(
+            rotated.rotated("NEW\n", until + until.duration_since(start)),
+            rotated
+        );
     }
 }

@@ -137,31 +137,40 @@ pub async fn a_rotated_certificate_keeps_the_webhook_answering(
         }
     };
     let new_ca = std::sync::Mutex::new(String::new());
-    eventually(Duration::from_secs(60), "a new certificate in use, both CAs trusted", || {
-        let (secrets, old_cert, old_ca, new_ca) =
-            (secrets.clone(), old_cert.clone(), old_ca.clone(), &new_ca);
-        async move {
-            let Some(secret) = secrets.get_opt(SECRET_NAME).await? else {
-                return Ok(false);
-            };
-            let (Some(cert), Some(ca)) = (tls(&secret, "tls.crt"), tls(&secret, "ca.crt")) else {
-                return Ok(false);
-            };
-            let ca = String::from_utf8(ca)?;
-            let bundles = published().await?;
-            let both = bundles
-                .iter()
-                .all(|b| b.contains(ca.trim()) && b.contains(old_ca.trim()));
-            *new_ca.lock().expect("lock") = ca;
-            Ok(cert != old_cert && both)
-        }
-    })
+    eventually(
+        Duration::from_secs(60),
+        "a new certificate in use, both CAs trusted",
+        || {
+            let (secrets, old_cert, old_ca, new_ca) =
+                (secrets.clone(), old_cert.clone(), old_ca.clone(), &new_ca);
+            async move {
+                let Some(secret) = secrets.get_opt(SECRET_NAME).await? else {
+                    return Ok(false);
+                };
+                let (Some(cert), Some(ca)) = (tls(&secret, "tls.crt"), tls(&secret, "ca.crt"))
+                else {
+                    return Ok(false);
+                };
+                let ca = String::from_utf8(ca)?;
+                let bundles = published().await?;
+                let both = bundles
+                    .iter()
+                    .all(|b| b.contains(ca.trim()) && b.contains(old_ca.trim()));
+                *new_ca.lock().expect("lock") = ca;
+                Ok(cert != old_cert && both)
+            }
+        },
+    )
     .await?;
     let new_ca = new_ca.into_inner().expect("lock");
-    eventually(Duration::from_secs(60), "the old CA no longer trusted", || async {
-        let bundles = published().await?;
-        Ok(bundles.iter().all(|b| b.trim() == new_ca.trim()))
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the old CA no longer trusted",
+        || async {
+            let bundles = published().await?;
+            Ok(bundles.iter().all(|b| b.trim() == new_ca.trim()))
+        },
+    )
     .await?;
 
     let ns = env.namespace("rotation").await?;

@@ -66,7 +66,10 @@ fn kubeconfig(env: &TestEnv) -> anyhow::Result<PathBuf> {
             auth.impersonate = Some(OPERATOR_SERVICE_ACCOUNT.to_string());
         }
     }
-    let path = env.plane.dir().join("operator-as-service-account.kubeconfig");
+    let path = env
+        .plane
+        .dir()
+        .join("operator-as-service-account.kubeconfig");
     std::fs::write(&path, serde_json::to_string(&kubeconfig)?)?;
     Ok(path)
 }

@@ -33,7 +33,12 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
     )?;
     env.kubectl_ok(
         "default",
-        &["delete", "clusterrolebinding", "clair-operator", "--ignore-not-found"],
+        &[
+            "delete",
+            "clusterrolebinding",
+            "clair-operator",
+            "--ignore-not-found",
+        ],
     )?;
     env.kubectl_ok(
         &watched,
@@ -137,10 +142,14 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
     let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .delete(name, &DeleteParams::default())
         .await;
-    eventually(Duration::from_secs(10), "webhook configurations gone", || {
-        let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
-        async move { Ok(api.get_opt(name).await?.is_none()) }
-    })
+    eventually(
+        Duration::from_secs(10),
+        "webhook configurations gone",
+        || {
+            let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+            async move { Ok(api.get_opt(name).await?.is_none()) }
+        },
+    )
     .await?;
     result
 }

@@ -101,10 +101,14 @@ async fn run_until_synced(env: &TestEnv, name: &str) -> anyhow::Result<(u64, usi
             .filter(|e| e["stage"] == "ResponseComplete")
             .count())
     };
-    eventually(Duration::from_secs(120), "the operator's Secret lists", || {
-        let done = secret_lists().map(|n| n >= 4);
-        async move { done }
-    })
+    eventually(
+        Duration::from_secs(120),
+        "the operator's Secret lists",
+        || {
+            let done = secret_lists().map(|n| n >= 4);
+            async move { done }
+        },
+    )
     .await
     .with_context(|| format!("{name}'s log:\n{}", operator.log()))?;
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -42,14 +42,35 @@ pub async fn run(
     let controller = Controller::new(scope.api::<Clair>(&client), watcher::Config::default());
     let store = controller.store();
     controller
-        .owns(watch::metadata::<Indexer>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<Matcher>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<Notifier>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<StatefulSet>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<NetworkPolicy>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<CronJob>(&client, &scope), watch::managed())
+        .owns(
+            watch::metadata::<Indexer>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<Matcher>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<Notifier>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<StatefulSet>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<NetworkPolicy>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<CronJob>(&client, &scope),
+            watch::managed(),
+        )
         .owns(watch::metadata::<Job>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<Ingress>(&client, &scope), watch::managed())
+        .owns(
+            watch::metadata::<Ingress>(&client, &scope),
+            watch::managed(),
+        )
         .watches(
             watch::metadata::<ConfigMap>(&client, &scope),
             watch::every(),

@@ -67,10 +67,22 @@ pub async fn run<K: ServiceResource>(
     let controller = Controller::new(scope.api::<K>(&client), watcher::Config::default());
     let store = controller.store();
     controller
-        .owns(watch::metadata::<Deployment>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<Service>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<HorizontalPodAutoscaler>(&client, &scope), watch::managed())
-        .owns(watch::metadata::<PodDisruptionBudget>(&client, &scope), watch::managed())
+        .owns(
+            watch::metadata::<Deployment>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<Service>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<HorizontalPodAutoscaler>(&client, &scope),
+            watch::managed(),
+        )
+        .owns(
+            watch::metadata::<PodDisruptionBudget>(&client, &scope),
+            watch::managed(),
+        )
         .watches(
             watch::metadata::<ConfigMap>(&client, &scope),
             watch::every(),
