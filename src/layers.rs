@@ -11,8 +11,9 @@ const LAYERS: &[&[&str]] = &[
     &["clairconfig", "database"],
     // The pure core: phase machines, builders of owned objects, CRD generation.
     &["machine", "render", "crdgen"],
-    // Reading the ConfigMap and Secret keys resources reference; the images they may run.
-    &["sources", "images"],
+    // Reading the ConfigMap and Secret keys resources reference; the images they may run;
+    // the metrics and health checks everything above reports into.
+    &["sources", "images", "metrics"],
     // Resolving template references.
     &["templating"],
     // The controllers and the admission webhooks.

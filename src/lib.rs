@@ -9,6 +9,7 @@ pub mod database;
 pub mod generated;
 pub mod images;
 pub mod machine;
+pub mod metrics;
 pub mod render;
 pub mod sources;
 pub mod templating;

@@ -110,6 +110,23 @@ struct RunArgs {
     /// when unset.
     #[arg(long, env = "CLAIR_OPERATOR_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
+    /// Where `/metrics` (OpenMetrics), `/healthz` and `/readyz` are served, over plain HTTP.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_listen: std::net::SocketAddr,
+    /// How log lines are written: `text` for people, `json` for log pipelines.
+    #[arg(
+        long,
+        env = "CLAIR_OPERATOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 impl RunArgs {
@@ -306,20 +323,34 @@ fn run(args: RunArgs) -> Result<(), String> {
     let webhook_settings = args.webhook()?;
     let images = args.images();
     let namespaces = args.namespaces()?;
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         // Colour codes only for a terminal: in a pod they would litter `kubectl logs`.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    match args.log_format {
+        LogFormat::Text => logs.init(),
+        // One JSON object per line, the reconcile span's fields included.
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let client = kube::Client::try_default()
+        let telemetry = clair_operator::metrics::Telemetry::new();
+        let config = kube::Config::infer()
             .await
-            .map_err(|e| format!("cannot reach the cluster: {e}"))?;
+            .map_err(|e| format!("cannot find the cluster's address and credentials: {e}"))?;
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| format!("cannot reach the cluster: {e}"))?
+            .with_layer(&clair_operator::metrics::client::CountRequests::new(
+                telemetry.metrics.clone(),
+            ))
+            .build();
         tracing::info!("clair-operator starting");
+        let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
+            .await
+            .map_err(|e| format!("cannot listen on {} for metrics: {e}", args.metrics_listen))?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
@@ -337,12 +368,19 @@ fn run(args: RunArgs) -> Result<(), String> {
             ),
             None => None,
         };
+        let metrics_server = tokio::spawn(clair_operator::metrics::server::serve(
+            metrics_listener,
+            telemetry.metrics.clone(),
+            telemetry.health.clone(),
+            until_stopped(stopped.clone()),
+        ));
         let webhook = webhook_settings.zip(seal.clone()).map(|(settings, seal)| {
             let until = until_stopped(stopped.clone());
             tokio::spawn(webhook::register::run(
                 client.clone(),
                 settings,
                 seal,
+                telemetry.clone(),
                 until,
             ))
         });
@@ -350,6 +388,7 @@ fn run(args: RunArgs) -> Result<(), String> {
             images,
             template_seal: seal,
             namespaces,
+            telemetry,
         };
         let controllers = controller::run(client, controllers, until_stopped(stopped));
         tokio::pin!(controllers);
@@ -361,6 +400,7 @@ fn run(args: RunArgs) -> Result<(), String> {
                 controllers.await;
             }
         }
+        let _ = metrics_server.await;
         if let Some(webhook) = webhook {
             match webhook.await {
                 Ok(Err(e)) => return Err(format!("admission webhook: {e}")),

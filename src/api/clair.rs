@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -321,6 +321,12 @@ pub struct UpdatersSpec {
     /// (`clairctl export-updaters`) instead of fetching it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import: Option<UpdaterImport>,
+    /// With `mode: CronJob`: vulnerability data older than this many seconds turns
+    /// `UpdatersReady` False (`VulnerabilityDataStale`), the phase unchanged. Default: twice
+    /// the time between two runs of the schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub stale_after_seconds: Option<i64>,
 }
 
 /// An export of updater data to import. Exactly one of `url` and `persistentVolumeClaim`.
@@ -356,8 +362,12 @@ pub struct ClairStatus {
     /// Where the deployment stands; see `docs/runbooks/<phase>.md`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// `Ready`, `ConfigValid`, `DatabaseReady`, `Progressing`, `Scaling`, `Degraded`, and
-    /// one per service (`IndexerReady`, `MatcherReady`, `NotifierReady`).
+    /// When it entered its phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<Time>,
+    /// `Ready`, `ConfigValid`, `DatabaseReady`, `Progressing`, `Scaling`, `Degraded`, one
+    /// per service (`IndexerReady`, `MatcherReady`, `NotifierReady`), `ConnectionsFit`,
+    /// `RoutingReady`, `Upgrading` and `UpdatersReady`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -382,6 +392,27 @@ pub struct ClairStatus {
     /// URL clients outside the cluster use, when routing is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The updater CronJob's runs, when it runs the updaters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updaters: Option<UpdatersStatus>,
+}
+
+/// How the updater CronJob's runs went, as far as the cluster still records them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatersStatus {
+    /// When a run last succeeded: how old the vulnerability data is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_time: Option<Time>,
+    /// When a run last failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<Time>,
+    /// Why it failed: its Job and the Job's failure message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_message: Option<String>,
+    /// Failed runs among the Jobs the CronJob keeps (its last three).
+    #[serde(default)]
+    pub failed_runs: i32,
 }
 
 /// A service resource owned by a `Clair`, as last observed.

@@ -27,10 +27,11 @@ use crate::render::service::service_monitor_resource;
 pub const APPLIED: &str = "clair.projectquay.io/applied";
 
 /// What an apply did, for logs, metrics and tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Outcome {
     Created,
-    Updated,
+    Changed,
     Unchanged,
     Deleted,
 }
@@ -43,6 +44,8 @@ pub struct Applier<'a> {
     pub owner: &'a str,
     /// The owning resource's UID (what its controller owner references name).
     pub owner_uid: &'a str,
+    /// Where each outcome is counted.
+    pub metrics: &'a crate::metrics::Metrics,
 }
 
 impl Applier<'_> {
@@ -116,13 +119,13 @@ impl Applier<'_> {
                 (Write::CreateOnce(_), None) => apply(&api, &kind, desired, None).await?,
                 _ => apply(&api, &kind, desired, current).await?,
             };
-            log(&kind, name, outcome);
+            self.record(&kind, name, outcome);
         }
         if owned.prunes() {
             for (name, object) in &controlled {
                 if !owned.objects().contains_key(name) {
                     delete(&api, &kind, name, object.uid()).await?;
-                    log(&kind, name, Outcome::Deleted);
+                    self.record(&kind, name, Outcome::Deleted);
                 }
             }
         }
@@ -187,9 +190,13 @@ pub async fn apply_service(
         .await
 }
 
-fn log(kind: &str, name: &str, outcome: Outcome) {
-    if outcome != Outcome::Unchanged {
-        debug!(kind, name, ?outcome, "applied");
+impl Applier<'_> {
+    /// Counts an outcome, and logs what changed.
+    fn record(&self, kind: &str, name: &str, outcome: Outcome) {
+        self.metrics.applied(kind, outcome.into());
+        if outcome != Outcome::Unchanged {
+            debug!(kind, name, ?outcome, "applied");
+        }
     }
 }
 
@@ -271,7 +278,7 @@ where
         source,
     })?;
     Ok(if current.is_some() {
-        Outcome::Updated
+        Outcome::Changed
     } else {
         Outcome::Created
     })

@@ -132,6 +132,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every [`Error::reason`], so each kind's error series exist (at zero) before the first
+    /// error: a rate over them works from the start, and an alert sees the first one.
+    pub const REASONS: &[&str] = &[
+        "ObserveFailed",
+        "ApplyFailed",
+        "StatusWriteFailed",
+        "MissingField",
+        "RandomUnavailable",
+    ];
+
     /// For logs and metrics: the step that failed.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -239,6 +249,25 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reason_is_listed() {
+        let errors = [
+            Error::MissingField("metadata.name"),
+            observe(500),
+            Error::Status(StatusError {
+                object: "Clair a/b".into(),
+                source: api_error(500),
+            }),
+        ];
+        for error in errors {
+            assert!(
+                Error::REASONS.contains(&error.reason()),
+                "{}",
+                error.reason()
+            );
+        }
+    }
 
     fn api_error(code: u16) -> kube::Error {
         kube::Error::Api(Box::new(kube::core::Status {

@@ -92,12 +92,13 @@ impl Owner {
         })
     }
 
-    fn applier<'a>(&'a self, client: &'a Client) -> apply::Applier<'a> {
+    fn applier<'a>(&'a self, context: &'a Context) -> apply::Applier<'a> {
         apply::Applier {
-            client,
+            client: &context.client,
             namespace: &self.namespace,
             owner: &self.name,
             owner_uid: &self.uid,
+            metrics: &context.metrics,
         }
     }
 }
@@ -148,6 +149,85 @@ fn applied(result: Result<(), ApplyError>, object: &str) -> Result<bool, Error> 
     }
 }
 
+/// Runs one reconcile of `object` in a span naming it (and, once decided, its phase), and
+/// counts it and how long it took.
+async fn measured<K: Resource<DynamicType = ()>>(
+    object: &K,
+    metrics: &crate::metrics::Metrics,
+    reconcile: impl std::future::Future<Output = Result<Action, Error>>,
+) -> Result<Action, Error> {
+    use tracing::Instrument;
+    let kind = K::kind(&());
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = %kind,
+        namespace = %object.namespace().unwrap_or_default(),
+        name = %object.name_any(),
+        phase = tracing::field::Empty,
+    );
+    let start = std::time::Instant::now();
+    let result = reconcile.instrument(span).await;
+    metrics.reconciled(
+        &kind,
+        start.elapsed(),
+        result.as_ref().err().map(Error::reason),
+    );
+    result
+}
+
+/// Registers a controller's cache with the metrics (sampled at each scrape) and with the
+/// health checks (ready once the cache has synced); the returned guard marks the controller
+/// dead when its task ends.
+fn watched<K>(
+    context: &Context,
+    name: String,
+    store: kube::runtime::reflector::Store<K>,
+) -> crate::metrics::health::Alive
+where
+    K: crate::metrics::resources::Sampled,
+{
+    context.metrics.resources.watch(store.clone());
+    synced(context, name, store)
+}
+
+/// Registers a controller with the health checks: ready once its cache has synced, dead
+/// once the returned guard drops (its task ended).
+fn synced<K>(
+    context: &Context,
+    name: String,
+    store: kube::runtime::reflector::Store<K>,
+) -> crate::metrics::health::Alive
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let alive = context.health.alive(name);
+    let ready = alive.readiness();
+    tokio::spawn(async move {
+        // Polled again every half second rather than awaited once: the store's readiness
+        // is a oneshot channel whose waker a second waiter would replace.
+        loop {
+            let waited = tokio::time::timeout(Duration::from_millis(500), store.wait_until_ready());
+            match waited.await {
+                Ok(Ok(())) => {
+                    debug!(part = ready.name(), "cache synced");
+                    ready.set();
+                    break;
+                }
+                Ok(Err(_)) => {
+                    debug!(part = ready.name(), "cache never synced: its writer went");
+                    break;
+                }
+                Err(_) => debug!(
+                    part = ready.name(),
+                    objects = store.state().len(),
+                    "cache not synced yet"
+                ),
+            }
+        }
+    });
+    alive
+}
+
 /// The end of every reconcile: the status written (server-side apply of the status
 /// subresource) only when it changed, the Event of a transition, and when to look again.
 async fn conclude<K, S>(
@@ -166,6 +246,12 @@ where
     S: serde::Serialize + PartialEq,
 {
     let described = describe(object);
+    tracing::Span::current().record("phase", decision.phase.as_str());
+    if let Some((from, to)) = decision.transition {
+        context
+            .metrics
+            .transition(&K::kind(&()), from.as_str(), to.as_str());
+    }
     if previous != Some(&status) {
         let api: kube::Api<K> = kube::Api::namespaced(
             context.client.clone(),
@@ -267,10 +353,17 @@ pub struct Context {
     pub images: crate::images::ImagePolicy,
     /// The key the templating webhook seals what it admitted with.
     pub template_seal: Option<crate::templating::seal::Seal>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub health: Arc<crate::metrics::health::Health>,
 }
 
 impl Context {
     pub fn new(client: Client, controllers: &Controllers) -> Arc<Self> {
+        let kinds = ["Clair", "Indexer", "Matcher", "Notifier"];
+        controllers
+            .telemetry
+            .metrics
+            .expect_reconciles(&kinds, Error::REASONS);
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_string(),
             instance: std::env::var("POD_NAME").ok(),
@@ -281,6 +374,8 @@ impl Context {
             retries: RetryPolicy::default(),
             images: controllers.images.clone(),
             template_seal: controllers.template_seal.clone(),
+            metrics: controllers.telemetry.metrics.clone(),
+            health: controllers.telemetry.health.clone(),
             client,
         })
     }
@@ -298,6 +393,8 @@ pub struct Controllers {
     pub template_seal: Option<crate::templating::seal::Seal>,
     /// The namespaces watched and written (`--namespaces`); the whole cluster when empty.
     pub namespaces: Vec<String>,
+    /// Where the controllers count, and report their caches' readiness.
+    pub telemetry: crate::metrics::Telemetry,
 }
 
 /// Runs the controllers (`Clair`, the three service kinds, and template re-rendering when

@@ -95,6 +95,11 @@ pub async fn run<K: Holder>(
     let labelled = watcher::Config::default().labels(&format!("{TEMPLATE_CONFIG}=true"));
     let controller = Controller::new(scope.api::<K>(&client), labelled);
     let store = controller.store();
+    let _alive = super::synced(
+        &context,
+        format!("{} template controller, {scope}", K::kind(&())),
+        store.clone(),
+    );
     controller
         .watches(
             watch::metadata::<Secret>(&client, &scope),

@@ -18,6 +18,15 @@ pub enum Scope {
     Namespace(String),
 }
 
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Cluster => f.write_str("cluster-wide"),
+            Scope::Namespace(namespace) => write!(f, "namespace {namespace}"),
+        }
+    }
+}
+
 impl Scope {
     /// One scope per namespace, or the cluster when none is named.
     pub fn of(namespaces: &[String]) -> Vec<Scope> {

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use strum::VariantArray;
 
-use super::conditions::{ConditionSpec, ConditionType as T, Reason, Status};
+use super::conditions::{ConditionSpec, ConditionType as T, Reason, Status, reason_in};
 use super::observation::{
     ConfigObservation, DatabaseObservation, config_condition, database_condition, not_degraded,
     strip_link,
@@ -54,6 +54,9 @@ pub struct ClairSnapshot {
     pub routing: RoutingObservation,
     /// A move to a new Clair version, when one is under way.
     pub upgrade: UpgradeObservation,
+    /// Who runs the updaters and how their runs went. Reported only: it does not move the
+    /// phase.
+    pub updaters: super::updaters::UpdatersObservation,
 }
 
 /// The steps of a move from one Clair version to another: `clairctl admin pre` (a Job)
@@ -181,7 +184,8 @@ pub fn decide(
     let from = phase.unwrap_or(Pending);
     let class = classify(snapshot);
     let to = next(from, class);
-    let wanted = conditions(to, class, snapshot);
+    let mut wanted = conditions(to, class, snapshot);
+    wanted.push(super::updaters::condition(&snapshot.updaters, now));
     let held_back = matches!(
         class,
         ClairClass::ConfigMissing | ClairClass::ConfigInvalid | ClairClass::DatabaseUnreachable
@@ -459,11 +463,12 @@ fn conditions(phase: Phase, class: ClairClass, s: &ClairSnapshot) -> Vec<Conditi
         // The services serve on throughout: the old version until each pod rolls.
         Upgrading => ConditionSpec::new(T::Ready, Status::True, blocking, blocking_message),
         Degraded => ConditionSpec::new(T::Ready, Status::False, blocking, blocking_message),
+        // What holds it back, linked to the runbook of the phase it is in.
         _ => ConditionSpec::new(
             T::Ready,
             Status::False,
-            Reason::Waiting,
-            format!("Clair is {phase}: {blocking_message}"),
+            reason_in(phase, blocking),
+            blocking_message,
         ),
     };
     let mut all = vec![ready, config, database, progressing, scaling, degraded];

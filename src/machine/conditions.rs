@@ -20,6 +20,7 @@ pub enum ConditionType {
     ConnectionsFit,
     RoutingReady,
     Upgrading,
+    UpdatersReady,
 }
 
 impl ConditionType {
@@ -91,6 +92,11 @@ pub enum Reason {
     ServiceMissing,
     ServiceNotReady,
     ServiceDisabled,
+    UpdatersInMatcher,
+    UpdatersNotRunYet,
+    UpdaterFailed,
+    VulnerabilityDataStale,
+    UpdatersSucceeded,
 }
 
 impl Reason {
@@ -126,7 +132,12 @@ impl Reason {
             | Reason::RoutingApplied
             | Reason::RoutingDisabled
             | Reason::RoutingUnsupported
-            | Reason::NoUpgrade => Phase::Available,
+            | Reason::NoUpgrade
+            | Reason::UpdatersInMatcher
+            | Reason::UpdatersNotRunYet
+            | Reason::UpdaterFailed
+            | Reason::VulnerabilityDataStale
+            | Reason::UpdatersSucceeded => Phase::Available,
             Reason::UpgradePreparing | Reason::UpgradeRolling | Reason::UpgradeFinishing => {
                 Phase::Upgrading
             }
@@ -147,6 +158,17 @@ impl Reason {
             self.runbook(),
             self.as_str().to_ascii_lowercase()
         )
+    }
+}
+
+/// The reason `Ready=False` gives while the resource is in `phase`, held back by `blocking`:
+/// `blocking` when its runbook entry is on the phase's page, else `Waiting` (on Deploying's),
+/// so the link always leads to the page of the phase the resource is in.
+pub fn reason_in(phase: Phase, blocking: Reason) -> Reason {
+    if blocking.runbook() == phase {
+        blocking
+    } else {
+        Reason::Waiting
     }
 }
 

@@ -11,6 +11,7 @@ pub mod diagram;
 pub mod observation;
 pub mod service;
 pub mod table;
+pub mod updaters;
 pub mod upgrade;
 
 #[cfg(test)]
@@ -36,6 +37,17 @@ pub struct Decision {
     pub conditions: Vec<Condition>,
     /// The Event to record on the resource, on a transition.
     pub event: Option<EventSpec>,
+}
+
+impl Decision {
+    /// When the resource entered the decided phase: now on a transition (or the first
+    /// decision), else when it entered it before.
+    pub fn phase_since(&self, before: Option<&Time>, now: &Time) -> Time {
+        match before {
+            Some(since) if self.transition.is_none() => since.clone(),
+            _ => now.clone(),
+        }
+    }
 }
 
 /// Which owned objects the controller applies after this decision.

@@ -258,11 +258,18 @@ fn conditions(phase: Phase, class: ServiceClass, s: &ServiceSnapshot) -> Vec<Con
             blocking,
             strip_link(&degraded.message).to_string(),
         ),
+        // What holds it back, linked to the runbook of the phase it is in.
         _ => ConditionSpec::new(
             T::Ready,
             Status::False,
-            Reason::Waiting,
-            format!("the {mode} is {phase}: {}", waiting_for(class)),
+            crate::machine::conditions::reason_in(phase, blocking),
+            match class {
+                ServiceClass::ConfigMissing | ServiceClass::ConfigInvalid => {
+                    strip_link(&config.message).to_string()
+                }
+                ServiceClass::DatabaseUnreachable => strip_link(&database.message).to_string(),
+                _ => format!("the {mode} is {}", waiting_for(class)),
+            },
         ),
     };
     vec![ready, config, database, progressing, scaling, degraded]

@@ -153,6 +153,7 @@ fn clair_example(class: ClairClass) -> ClairSnapshot {
         },
         routing: RoutingObservation::Disabled,
         upgrade: UpgradeObservation::None,
+        updaters: crate::machine::updaters::UpdatersObservation::InMatcher,
     };
     let reachable = DatabaseObservation::Reachable;
     let upgrading = |upgrade: UpgradeObservation, children| ClairSnapshot {
@@ -332,8 +333,9 @@ fn every_phase_and_class_of_a_clair_decides_as_the_table_says() {
             assert_consistent(&decision, &snapshot.config, &snapshot.database);
             assert_eq!(
                 decision.conditions.len(),
-                12,
-                "six conditions, one per service, ConnectionsFit, RoutingReady and Upgrading"
+                13,
+                "six conditions, one per service, ConnectionsFit, RoutingReady, Upgrading and \
+                 UpdatersReady"
             );
         }
     }
@@ -626,6 +628,7 @@ fn clair_snapshot_strategy() -> impl Strategy<Value = ClairSnapshot> {
                     message: "no Route API".into(),
                 },
                 upgrade,
+                updaters: crate::machine::updaters::UpdatersObservation::InMatcher,
             },
         )
 }

@@ -420,8 +420,14 @@ pub async fn run(
     client: Client,
     settings: Settings,
     seal: crate::templating::seal::Seal,
+    telemetry: crate::metrics::Telemetry,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    // Alive while this loop runs; the server's own guard lives in the server's task.
+    let looping = telemetry.health.alive("webhook certificate loop");
+    looping.ready();
+    let server_alive = telemetry.health.alive("webhook server");
+    let server_ready = server_alive.readiness();
     let mut serving = current_certificate(&client, &settings).await?;
     let tls = RustlsConfig::from_pem(
         serving.cert.clone().into_bytes(),
@@ -432,22 +438,33 @@ pub async fn run(
     // Listening before the apiserver is told where to call.
     let listener = std::net::TcpListener::bind(settings.listen).map_err(Error::Tls)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let tls_for_server = tls.clone();
     let shared = server::Shared {
         client: client.clone(),
         images: settings.images.clone(),
         seal,
+        metrics: telemetry.metrics.clone(),
     };
-    let server = tokio::spawn(server::serve(shared, listener, tls.clone(), {
+    let until_stopped = {
         let mut stopped = stopped.clone();
         async move {
             let _ = stopped.wait_for(|s| *s).await;
         }
-    }));
+    };
+    let server = tokio::spawn(async move {
+        let _alive = server_alive;
+        let served = server::serve(shared, listener, tls_for_server, until_stopped).await;
+        if let Err(e) = &served {
+            tracing::error!(error = %e, "the admission webhook server stopped");
+        }
+        served
+    });
     // How long a replaced CA stays trusted: long enough for every replica to reread.
     let overlap = settings.recheck * 5;
     let mut trusted = Trusted::new(&serving.ca_cert);
     let mut published = trusted.bundle(Instant::now());
     ensure_configuration(&client, &settings, &published).await?;
+    server_ready.set();
     info!(listen = %settings.listen, "admission webhook serving");
     let mut shutdown = Box::pin(shutdown);
     loop {

@@ -26,6 +26,8 @@ pub struct Shared {
     pub images: ImagePolicy,
     /// The key that seals admitted templates.
     pub seal: Seal,
+    /// Where admissions are counted.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 /// The routes: one path per webhook.
@@ -40,20 +42,36 @@ pub fn router(shared: Shared) -> Router {
 type Review = Json<AdmissionReview<DynamicObject>>;
 
 /// Unwraps the request of a review, answers it with `decide`, and wraps the response; a
-/// malformed review is answered as invalid.
-async fn answer<F, Fut>(review: AdmissionReview<DynamicObject>, decide: F) -> Review
+/// malformed review is answered as invalid. Counted as `webhook`'s.
+async fn answer<F, Fut>(
+    review: AdmissionReview<DynamicObject>,
+    webhook: &str,
+    metrics: &crate::metrics::Metrics,
+    decide: F,
+) -> Review
 where
     F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
     Fut: std::future::Future<Output = AdmissionResponse>,
 {
+    let start = std::time::Instant::now();
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
-    match request {
-        Ok(request) => Json(decide(request).await.into_review()),
+    let (response, verdict) = match request {
+        Ok(request) => {
+            let response = decide(request).await;
+            let verdict = if response.allowed {
+                "allowed"
+            } else {
+                "denied"
+            };
+            (response, verdict)
+        }
         Err(e) => {
             warn!(error = %e, "malformed AdmissionReview");
-            Json(AdmissionResponse::invalid(e.to_string()).into_review())
+            (AdmissionResponse::invalid(e.to_string()), "error")
         }
-    }
+    };
+    metrics.admitted(webhook, verdict, start.elapsed());
+    Json(response.into_review())
 }
 
 /// Applies a verdict to a response.
@@ -67,8 +85,8 @@ fn conclude(mut response: AdmissionResponse, verdict: validate::Verdict) -> Admi
     }
 }
 
-async fn validate_config(Json(review): Review) -> Review {
-    answer(review, |request| async move {
+async fn validate_config(State(shared): State<Shared>, Json(review): Review) -> Review {
+    answer(review, "config", &shared.metrics, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
             return response;
@@ -81,8 +99,13 @@ async fn validate_config(Json(review): Review) -> Review {
 }
 
 async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -> Review {
-    let Shared { client, images, .. } = shared;
-    answer(review, |request| async move {
+    let Shared {
+        client,
+        images,
+        metrics,
+        ..
+    } = shared;
+    answer(review, "resources", &metrics, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
             return response;
@@ -133,7 +156,8 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
 }
 
 async fn template_config(State(shared): State<Shared>, Json(review): Review) -> Review {
-    answer(review, |request| async move {
+    let metrics = shared.metrics.clone();
+    answer(review, "template", &metrics, |request| async move {
         let response = templating::admit(&shared.client, &shared.seal, &request).await;
         debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
         response

@@ -454,6 +454,70 @@ pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
     wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 3).await?;
     wait_for_events(env, &ns, "auto", &["Available → Scaling"]).await?;
 
+    // The tuning metrics follow: one scale-up, its time to ready, pinned at minReplicas.
+    let auto = [
+        ("kind", "Indexer"),
+        ("namespace", ns.as_str()),
+        ("name", "auto"),
+    ];
+    let with = |extra: (&'static str, &'static str)| {
+        let mut labels = auto.to_vec();
+        labels.push(extra);
+        labels
+    };
+    eventually(LONG, "the tuning metrics of the scale-up", || async {
+        let samples = crate::metrics::scrape(env)?;
+        let value =
+            |name: &str, labels: &[(&str, &str)]| crate::metrics::total(&samples, name, labels);
+        Ok(value(
+            "clair_operator_autoscaler_replicas",
+            &with(("state", "min")),
+        ) == 3.0
+            && value(
+                "clair_operator_autoscaler_replicas",
+                &with(("state", "desired")),
+            ) == 3.0
+            && value("clair_operator_autoscaler_scale_ups_total", &auto) >= 1.0
+            && value(
+                "clair_operator_autoscaler_pinned_seconds_total",
+                &with(("state", "min")),
+            ) > 0.0
+            && !crate::metrics::find(
+                &samples,
+                "clair_operator_autoscaler_last_scale_up_ready_seconds",
+                &auto,
+            )
+            .is_empty())
+    })
+    .await?;
+    // Lowering maxReplicas below the count scales down at once: a scale-down, and a
+    // reversal (within ten minutes of the scale-up).
+    api.patch(
+        "auto",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"autoscaling": {"minReplicas": 1, "maxReplicas": 2}}})),
+    )
+    .await?;
+    wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 2).await?;
+    eventually(LONG, "the tuning metrics of the scale-down", || async {
+        let samples = crate::metrics::scrape(env)?;
+        let value =
+            |name: &str, labels: &[(&str, &str)]| crate::metrics::total(&samples, name, labels);
+        Ok(
+            value("clair_operator_autoscaler_scale_downs_total", &auto) >= 1.0
+                && value("clair_operator_autoscaler_reversals_total", &auto) >= 1.0
+                && value(
+                    "clair_operator_autoscaler_replicas",
+                    &with(("state", "max")),
+                ) == 2.0
+                && value(
+                    "clair_operator_autoscaler_pinned_seconds_total",
+                    &with(("state", "max")),
+                ) > 0.0,
+        )
+    })
+    .await?;
+
     // Without autoscaling the autoscaler goes and spec.replicas governs again.
     api.patch(
         "auto",
@@ -465,6 +529,11 @@ pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
     eventually(LONG, "the autoscaler deleted", || {
         let hpas = hpas.clone();
         async move { Ok(hpas.get_opt("auto").await?.is_none()) }
+    })
+    .await?;
+    eventually(LONG, "the autoscaler's series gone", || async {
+        let samples = crate::metrics::scrape(env)?;
+        Ok(crate::metrics::find(&samples, "clair_operator_autoscaler_replicas", &auto).is_empty())
     })
     .await
 }

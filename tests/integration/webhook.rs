@@ -396,7 +396,8 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let client = env.client().await?;
     let seal = clair_operator::templating::seal::Seal::from_key(vec![1; 32]);
-    let server = tokio::spawn(run(client.clone(), settings, seal, async move {
+    let telemetry = clair_operator::metrics::Telemetry::new();
+    let server = tokio::spawn(run(client.clone(), settings, seal, telemetry, async move {
         let mut stopped = stopped;
         let _ = stopped.wait_for(|s| *s).await;
     }));

@@ -146,15 +146,18 @@ pub async fn external(
         strings.insert(role, text);
     }
     let checks = parsed.iter().map(|(role, settings)| async move {
-        (
-            *role,
-            settings,
-            probe::probe_settings(settings, options).await,
-        )
+        let start = std::time::Instant::now();
+        let result = probe::probe_settings(settings, options).await;
+        (*role, settings, result, start.elapsed())
     });
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();
-    for (role, settings, result) in futures::future::join_all(checks).await {
+    for (role, settings, result, took) in futures::future::join_all(checks).await {
+        let verdict = match &result {
+            Ok(_) => "ok",
+            Err(failure) => failure_reason(failure.kind).as_str(),
+        };
+        context.metrics.database_probed(verdict, took);
         // The engine is where the string points, whether or not it answered.
         let engine = settings
             .hosts()

@@ -1,5 +1,6 @@
 //! Pure: every object a `Clair` should own after its decision, and the status it reports.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
 use super::observe::Observed;
@@ -134,6 +135,7 @@ pub fn status(
     decision: &Decision,
     actions: &ClairActions,
     generation: i64,
+    phase_since: Time,
 ) -> ClairStatus {
     let [indexer, matcher, notifier] = &observed.children;
     let routed = observed
@@ -141,7 +143,9 @@ pub fn status(
         .as_ref()
         .is_ok_and(|k| *k != RoutingKind::None);
     ClairStatus {
+        updaters: super::updaters::status(&observed.updaters),
         phase: Some(decision.phase),
+        phase_since: Some(phase_since),
         conditions: decision.conditions.clone(),
         observed_generation: Some(generation),
         config_secret: Some(input.config_secret_name()),

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod database;
 pub mod desired;
 pub mod observe;
+pub mod updaters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +42,11 @@ pub async fn run(
     let client = context.client.clone();
     let controller = Controller::new(scope.api::<Clair>(&client), watcher::Config::default());
     let store = controller.store();
+    let _alive = super::watched(
+        &context,
+        format!("Clair controller, {scope}"),
+        store.clone(),
+    );
     controller
         .owns(
             watch::metadata::<Indexer>(&client, &scope),
@@ -66,7 +72,13 @@ pub async fn run(
             watch::metadata::<CronJob>(&client, &scope),
             watch::managed(),
         )
-        .owns(watch::metadata::<Job>(&client, &scope), watch::managed())
+        // Upgrade steps (owned by the Clair) and updater runs (owned by its CronJob, which
+        // says nothing when a run started by hand ends): both name their Clair.
+        .watches(
+            watch::metadata::<Job>(&client, &scope),
+            watch::managed(),
+            clair_of_job,
+        )
         .owns(
             watch::metadata::<Ingress>(&client, &scope),
             watch::managed(),
@@ -93,6 +105,13 @@ pub async fn run(
         .await;
 }
 
+/// The `Clair` a Job of the operator's was made for (its `app.kubernetes.io/instance`).
+fn clair_of_job(job: kube::api::PartialObjectMeta<Job>) -> Option<ObjectRef<Clair>> {
+    let namespace = job.namespace()?;
+    let instance = job.labels().get(crate::api::labels::INSTANCE)?;
+    Some(ObjectRef::new(instance).within(&namespace))
+}
+
 /// Maps a ConfigMap or Secret to the `Clair`s in its namespace that name it: as a drop-in,
 /// or (Secrets) as an external connection string. Owned Secrets reach their owner anyway.
 fn referencing<O: Resource>(
@@ -115,6 +134,16 @@ fn referencing<O: Resource>(
 }
 
 async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
+    let metrics = context.metrics.clone();
+    super::measured(
+        cached.as_ref(),
+        &metrics,
+        reconcile_once(cached.clone(), context),
+    )
+    .await
+}
+
+async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
     // The cache can lag behind this controller's own last status write; deciding from a
     // stale `status.version` would repeat an upgrade step. Read the object fresh.
     let owner = Owner::of(cached.as_ref())?;
@@ -136,22 +165,32 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
     // Observe: reads only.
     let observed = observe::observe(&context, &input, &clair).await?;
     let snapshot = observed.snapshot(&input, generation);
+    context.metrics.resources.set_budgets(
+        crate::metrics::autoscaling::Key {
+            kind: "Clair".to_string(),
+            namespace: owner.namespace.clone(),
+            name: owner.name.clone(),
+        },
+        observed.budgets(&input),
+    );
 
     // Decide: the machine.
     let status = clair.status.as_ref();
     let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now());
+    let now = now();
+    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now);
+    let since = decision.phase_since(status.and_then(|s| s.phase_since.as_ref()), &now);
     let actions = actions(&decision, &snapshot, &observed.upgrade);
 
     // Desired, then apply.
     let objects = desired::objects(&input, &observed, &actions);
-    let applied = apply_clair(&owner.applier(&context.client), objects).await;
+    let applied = apply_clair(&owner.applier(&context), objects).await;
     if !super::applied(applied, &super::describe(&clair))? {
         return Ok(Action::await_change());
     }
 
     // Status.
-    let new_status = desired::status(&input, &observed, &decision, &actions, generation);
+    let new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
     let requeue = match decision.phase {
         // The database is measured again at this pace while all is well.
         Phase::Available => Duration::from_secs(300),

@@ -59,6 +59,8 @@ pub struct Observed {
     pub desired_version: Option<String>,
     /// Every image the spec names is one the operator may run (`--allowed-images`).
     pub images_allowed: bool,
+    /// Who runs the updaters, and how the CronJob's runs went.
+    pub updaters: crate::machine::updaters::UpdatersObservation,
 }
 
 /// Reads everything about `input`'s `Clair` (`clair`, read fresh).
@@ -139,10 +141,36 @@ pub async fn observe(
         running_version,
         desired_version,
         images_allowed,
+        updaters: super::updaters::observe(context, input, &super::super::now()).await?,
     })
 }
 
 impl Observed {
+    /// The connection budget of each engine, for the metrics. External engines are named
+    /// `external-N` (their hosts come from Secrets and stay out of labels).
+    pub fn budgets(&self, input: &ClairInput) -> Vec<crate::metrics::resources::EngineBudget> {
+        let mut demand: BTreeMap<String, u32> = BTreeMap::new();
+        for d in database::demands(input, &self.database) {
+            *demand.entry(d.engine).or_default() += d.pool.saturating_mul(d.max_replicas);
+        }
+        let managed = input.spec.database.managed.is_some();
+        demand
+            .into_iter()
+            .enumerate()
+            .map(
+                |(i, (engine, demand))| crate::metrics::resources::EngineBudget {
+                    limit: self.database.limits.get(&engine).copied().flatten(),
+                    engine: if managed {
+                        engine
+                    } else {
+                        format!("external-{}", i + 1)
+                    },
+                    demand,
+                },
+            )
+            .collect()
+    }
+
     /// What the machine takes.
     pub fn snapshot(&self, input: &ClairInput, generation: i64) -> ClairSnapshot {
         let [indexer, matcher, notifier] = &self.children;
@@ -161,6 +189,7 @@ impl Observed {
             ),
             routing: self.routing_observation(input),
             upgrade: self.upgrade.observation.clone(),
+            updaters: self.updaters.clone(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Pure: every object a service resource should own after its decision.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::observe::Observed;
 use crate::api::labels;
@@ -78,6 +79,7 @@ pub fn status(
     snapshot: &ServiceSnapshot,
     decision: &Decision,
     config_hash: Option<String>,
+    phase_since: Time,
 ) -> ServiceStatus {
     let (replicas, ready_replicas) = match &snapshot.workload {
         Workload::Present { replicas, .. } => (replicas.current, replicas.ready),
@@ -85,6 +87,7 @@ pub fn status(
     };
     ServiceStatus {
         phase: Some(decision.phase),
+        phase_since: Some(phase_since),
         conditions: decision.conditions.clone(),
         observed_generation: Some(snapshot.generation),
         replicas,

@@ -66,6 +66,11 @@ pub async fn run<K: ServiceResource>(
     let client = context.client.clone();
     let controller = Controller::new(scope.api::<K>(&client), watcher::Config::default());
     let store = controller.store();
+    let _alive = super::watched(
+        &context,
+        format!("{} controller, {scope}", K::KIND),
+        store.clone(),
+    );
     controller
         .owns(
             watch::metadata::<Deployment>(&client, &scope),
@@ -130,6 +135,19 @@ async fn reconcile<K: ServiceResource>(
     object: Arc<K>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
+    let metrics = context.metrics.clone();
+    super::measured(
+        object.as_ref(),
+        &metrics,
+        reconcile_once(object.clone(), context),
+    )
+    .await
+}
+
+async fn reconcile_once<K: ServiceResource>(
+    object: Arc<K>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
     if super::being_deleted(object.as_ref()) {
         return Ok(Action::await_change());
     }
@@ -142,6 +160,26 @@ async fn reconcile<K: ServiceResource>(
     let Some(observed) = observe::observe(&context, K::KIND, namespace, name, spec).await? else {
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
+    let tuning = crate::metrics::autoscaling::Key {
+        kind: K::kind(&()).into_owned(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    };
+    let ready = observe::ready_replicas(observed.deployment.as_ref());
+    match observed
+        .autoscaler
+        .as_ref()
+        .and_then(|a| observe::autoscaler_reading(a, ready))
+    {
+        Some(reading) => {
+            context
+                .metrics
+                .resources
+                .autoscalers
+                .read(tuning, reading, std::time::Instant::now())
+        }
+        None => context.metrics.resources.autoscalers.forget(&tuning),
+    }
     let input = ServiceInput {
         kind: K::KIND,
         name,
@@ -157,19 +195,21 @@ async fn reconcile<K: ServiceResource>(
 
     // Decide: the machine.
     let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now());
+    let now = now();
+    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now);
+    let since = decision.phase_since(status.and_then(|s| s.phase_since.as_ref()), &now);
 
     // Desired, then apply.
     let running = observe::running_hash(observed.deployment.as_ref());
     let config_hash = desired::config_hash(&decision, &observed, running);
     let objects = desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
-    let applied = apply_service(&owner.applier(&context.client), objects).await;
+    let applied = apply_service(&owner.applier(&context), objects).await;
     if !super::applied(applied, &super::describe(object.as_ref()))? {
         return Ok(Action::await_change());
     }
 
     // Status.
-    let new_status = desired::status(&input, &snapshot, &decision, config_hash);
+    let new_status = desired::status(&input, &snapshot, &decision, config_hash, since);
     let requeue = match decision.phase {
         Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),

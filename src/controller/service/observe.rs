@@ -1,7 +1,12 @@
 //! Reads only: the config a service resource references and the state of its Deployment,
 //! turned into the observations the machine takes.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::{
+    HorizontalPodAutoscaler, MetricSpec, MetricStatus, MetricTarget, MetricValueStatus,
+};
 use kube::Client;
 use kube::api::Api;
 
@@ -24,6 +29,8 @@ pub struct Observed {
     pub deployment: Option<Deployment>,
     /// Whether the cluster serves ServiceMonitors.
     pub service_monitors: bool,
+    /// The autoscaler, when the spec asks for one and it exists.
+    pub autoscaler: Option<HorizontalPodAutoscaler>,
 }
 
 /// Reads the config and the Deployment. `None` while the deployment controller has not
@@ -47,6 +54,15 @@ pub async fn observe(
     if deployment.as_ref().is_some_and(status_is_stale) {
         return Ok(None);
     }
+    let autoscaler = match spec.autoscaling {
+        Some(_) => Api::<HorizontalPodAutoscaler>::namespaced(context.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(ObserveError::reading(format!(
+                "HorizontalPodAutoscaler {name}"
+            )))?,
+        None => None,
+    };
     Ok(Some(Observed {
         config,
         snapshot,
@@ -55,7 +71,120 @@ pub async fn observe(
             .capabilities
             .serves(OptionalApi::ServiceMonitor)
             .await,
+        autoscaler,
     }))
+}
+
+/// The Deployment's ready pods.
+pub fn ready_replicas(deployment: Option<&Deployment>) -> i32 {
+    deployment
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0)
+}
+
+/// What the tuning metrics take from an autoscaler: its bounds, what it wants, and each
+/// metric's current value against its target; `ready`: the pods ready now.
+pub fn autoscaler_reading(
+    autoscaler: &HorizontalPodAutoscaler,
+    ready: i32,
+) -> Option<crate::metrics::autoscaling::Reading> {
+    let spec = autoscaler.spec.as_ref()?;
+    let status = autoscaler.status.as_ref()?;
+    let mut metrics: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for metric in spec.metrics.iter().flatten() {
+        if let Some((name, target)) = metric_target(metric) {
+            metrics.entry(name).or_default().1 = target;
+        }
+    }
+    for metric in status.current_metrics.iter().flatten() {
+        if let Some((name, current)) = metric_current(metric) {
+            metrics.entry(name).or_default().0 = current;
+        }
+    }
+    Some(crate::metrics::autoscaling::Reading {
+        min: spec.min_replicas.unwrap_or(1),
+        max: spec.max_replicas,
+        desired: status.desired_replicas,
+        ready,
+        metrics,
+    })
+}
+
+/// A metric's name and target: utilization in percent, else the value as a number.
+fn metric_target(metric: &MetricSpec) -> Option<(String, Option<f64>)> {
+    let of = |target: &MetricTarget| {
+        target
+            .average_utilization
+            .map(f64::from)
+            .or_else(|| target.average_value.as_ref().and_then(|q| quantity(&q.0)))
+            .or_else(|| target.value.as_ref().and_then(|q| quantity(&q.0)))
+    };
+    if let Some(r) = &metric.resource {
+        return Some((r.name.clone(), of(&r.target)));
+    }
+    if let Some(c) = &metric.container_resource {
+        return Some((format!("{}/{}", c.container, c.name), of(&c.target)));
+    }
+    if let Some(p) = &metric.pods {
+        return Some((p.metric.name.clone(), of(&p.target)));
+    }
+    if let Some(o) = &metric.object {
+        return Some((o.metric.name.clone(), of(&o.target)));
+    }
+    metric
+        .external
+        .as_ref()
+        .map(|e| (e.metric.name.clone(), of(&e.target)))
+}
+
+/// A metric's name and current value, as [`metric_target`] names and measures it.
+fn metric_current(metric: &MetricStatus) -> Option<(String, Option<f64>)> {
+    let of = |current: &MetricValueStatus| {
+        current
+            .average_utilization
+            .map(f64::from)
+            .or_else(|| current.average_value.as_ref().and_then(|q| quantity(&q.0)))
+            .or_else(|| current.value.as_ref().and_then(|q| quantity(&q.0)))
+    };
+    if let Some(r) = &metric.resource {
+        return Some((r.name.clone(), of(&r.current)));
+    }
+    if let Some(c) = &metric.container_resource {
+        return Some((format!("{}/{}", c.container, c.name), of(&c.current)));
+    }
+    if let Some(p) = &metric.pods {
+        return Some((p.metric.name.clone(), of(&p.current)));
+    }
+    if let Some(o) = &metric.object {
+        return Some((o.metric.name.clone(), of(&o.current)));
+    }
+    metric
+        .external
+        .as_ref()
+        .map(|e| (e.metric.name.clone(), of(&e.current)))
+}
+
+/// A Kubernetes quantity (`250m`, `1.5`, `2Ki`, `3G`) as a number; `None` when unreadable.
+fn quantity(text: &str) -> Option<f64> {
+    const SUFFIXES: &[(&str, f64)] = &[
+        ("Ki", 1024.0),
+        ("Mi", 1024.0 * 1024.0),
+        ("Gi", 1024.0 * 1024.0 * 1024.0),
+        ("Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ];
+    let text = text.trim();
+    for (suffix, scale) in SUFFIXES {
+        if let Some(number) = text.strip_suffix(suffix) {
+            return number.parse::<f64>().ok().map(|n| n * scale);
+        }
+    }
+    text.parse().ok()
 }
 
 impl Observed {
@@ -249,6 +378,15 @@ pub fn running_hash(deployment: Option<&Deployment>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantities_read_as_numbers() {
+        assert_eq!(quantity("250m"), Some(0.25));
+        assert_eq!(quantity("2Ki"), Some(2048.0));
+        assert_eq!(quantity("1.5"), Some(1.5));
+        assert_eq!(quantity("3G"), Some(3e9));
+        assert_eq!(quantity("lots"), None);
+    }
     use serde_json::json;
 
     fn deployment(reason: &str, status: &str) -> Deployment {

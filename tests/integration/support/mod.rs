@@ -36,6 +36,8 @@ pub struct TestEnv {
 struct Operator {
     stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Where its `/metrics`, `/healthz` and `/readyz` answer.
+    metrics: std::net::SocketAddr,
 }
 
 impl Operator {
@@ -52,6 +54,9 @@ impl Operator {
             let _ = rx.wait_for(|s| *s).await;
         };
         let webhook = webhook_settings()?;
+        let metrics_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        metrics_listener.set_nonblocking(true)?;
+        let metrics = metrics_listener.local_addr()?;
         let thread = std::thread::Builder::new()
             .name("operator".into())
             .spawn(move || {
@@ -81,10 +86,25 @@ impl Operator {
                         Ok(config) => config,
                         Err(e) => return eprintln!("operator: kubeconfig: {e}"),
                     };
-                    let client = match Client::try_from(config) {
-                        Ok(client) => client,
+                    let telemetry = clair_operator::metrics::Telemetry::new();
+                    let client = match kube::client::ClientBuilder::try_from(config) {
+                        Ok(builder) => builder
+                            .with_layer(&clair_operator::metrics::client::CountRequests::new(
+                                telemetry.metrics.clone(),
+                            ))
+                            .build(),
                         Err(e) => return eprintln!("operator: client: {e}"),
                     };
+                    let listener = match tokio::net::TcpListener::from_std(metrics_listener) {
+                        Ok(listener) => listener,
+                        Err(e) => return eprintln!("operator: metrics listener: {e}"),
+                    };
+                    let metrics_server = tokio::spawn(clair_operator::metrics::server::serve(
+                        listener,
+                        telemetry.metrics.clone(),
+                        telemetry.health.clone(),
+                        until_stopped(stopped.clone()),
+                    ));
                     let seal = match clair_operator::templating::seal::Seal::load_or_create(
                         &client,
                         &webhook.namespace,
@@ -99,14 +119,17 @@ impl Operator {
                         client.clone(),
                         webhook,
                         seal.clone(),
+                        telemetry.clone(),
                         until_stopped(stopped.clone()),
                     ));
                     let controllers = controller::Controllers {
                         images: allowed_images(),
                         template_seal: Some(seal),
                         namespaces: Vec::new(),
+                        telemetry,
                     };
                     controller::run(client, controllers, until_stopped(stopped)).await;
+                    let _ = metrics_server.await;
                     match webhook.await {
                         Ok(Err(e)) => eprintln!("operator: webhook: {e}"),
                         Err(e) => eprintln!("operator: webhook task: {e}"),
@@ -117,6 +140,7 @@ impl Operator {
         Ok(Self {
             stop: Some(stop),
             thread: Some(thread),
+            metrics,
         })
     }
 }
@@ -285,6 +309,15 @@ impl TestEnv {
             .await?;
         }
         Ok(())
+    }
+
+    /// The base URL of the in-process operator's metrics and health endpoints.
+    pub fn operator_metrics_url(&self) -> anyhow::Result<String> {
+        let operator = self
+            ._operator
+            .as_ref()
+            .context("no operator runs in this test process")?;
+        Ok(format!("http://{}", operator.metrics))
     }
 
     pub async fn client(&self) -> anyhow::Result<Client> {
