@@ -413,6 +413,10 @@ pub struct UpdatersStatus {
     /// Failed runs among the Jobs the CronJob keeps (its last three).
     #[serde(default)]
     pub failed_runs: i32,
+    /// Data older than this counts as stale (`spec.updaters.staleAfterSeconds`, or twice the
+    /// schedule's interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_after_seconds: Option<i64>,
 }
 
 /// A service resource owned by a `Clair`, as last observed.

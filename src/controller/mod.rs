@@ -247,11 +247,6 @@ where
 {
     let described = describe(object);
     tracing::Span::current().record("phase", decision.phase.as_str());
-    if let Some((from, to)) = decision.transition {
-        context
-            .metrics
-            .transition(&K::kind(&()), from.as_str(), to.as_str());
-    }
     if previous != Some(&status) {
         let api: kube::Api<K> = kube::Api::namespaced(
             context.client.clone(),
@@ -284,6 +279,12 @@ where
                 .into());
             }
         }
+    }
+    // Counted once the status holds it: a failed write retries and would count it twice.
+    if let Some((from, to)) = decision.transition {
+        context
+            .metrics
+            .transition(&K::kind(&()), from.as_str(), to.as_str());
     }
     if let Some(event) = &decision.event {
         info!(object = %described, note = %event.note, "phase transition");

@@ -52,7 +52,11 @@ pub fn check(demands: &[Demand], limits: &BTreeMap<String, Option<u32>>) -> Budg
     let mut exceeds = Vec::new();
     let mut unknown = Vec::new();
     for (engine, demands) in by_engine {
-        let used: u32 = demands.iter().map(|d| d.pool * d.max_replicas).sum();
+        // Saturating: a tenant's `pool_max_conns` may be any number.
+        let used: u32 = demands
+            .iter()
+            .map(|d| d.pool.saturating_mul(d.max_replicas))
+            .fold(0, u32::saturating_add);
         let parts: Vec<String> = demands
             .iter()
             .map(|d| {

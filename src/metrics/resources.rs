@@ -28,8 +28,16 @@ pub struct Sample {
     /// For the service kinds: the replicas asked for (none when an autoscaler decides),
     /// running and ready.
     pub replicas: Option<Replicas>,
-    /// For a `Clair` whose CronJob runs the updaters: its last success, failed runs kept.
-    pub updaters: Option<(Option<Timestamp>, i32)>,
+    /// For a `Clair` whose CronJob runs the updaters: its last success, failed runs kept,
+    /// and when data counts as stale.
+    pub updaters: Option<UpdaterSample>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpdaterSample {
+    pub last_success: Option<Timestamp>,
+    pub failed_runs: i32,
+    pub stale_after_seconds: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +64,11 @@ impl Sampled for Clair {
             replicas: None,
             updaters: status
                 .and_then(|s| s.updaters.as_ref())
-                .map(|u| (u.last_success_time.as_ref().map(|t| t.0), u.failed_runs)),
+                .map(|u| UpdaterSample {
+                    last_success: u.last_success_time.as_ref().map(|t| t.0),
+                    failed_runs: u.failed_runs,
+                    stale_after_seconds: u.stale_after_seconds,
+                }),
         }
     }
 }
@@ -241,7 +253,7 @@ impl Collector for Resources {
             gauge.metric_type(),
         )?;
         for sample in &samples {
-            let Some((Some(success), _)) = sample.updaters else {
+            let Some(success) = sample.updaters.and_then(|u| u.last_success) else {
                 continue;
             };
             let seconds = now.duration_since(success).as_secs_f64().max(0.0);
@@ -254,13 +266,34 @@ impl Collector for Resources {
             gauge.metric_type(),
         )?;
         for sample in &samples {
-            let Some((_, runs)) = sample.updaters else {
+            let Some(updaters) = sample.updaters else {
                 continue;
             };
-            ConstGauge::new(i64::from(runs)).encode(failed.encode_family(&sample.labels())?)?;
+            ConstGauge::new(i64::from(updaters.failed_runs))
+                .encode(failed.encode_family(&sample.labels())?)?;
         }
-        self.encode_budgets(&samples, &mut encoder)?;
-        encode_autoscalers(self, &samples, &mut encoder)
+        let mut stale = encoder.encode_descriptor(
+            "updater_stale_after",
+            "When a Clair's vulnerability data counts as stale (spec.updaters.staleAfterSeconds, or twice the schedule's interval)",
+            Some(&Unit::Seconds),
+            gauge.metric_type(),
+        )?;
+        for sample in &samples {
+            let Some(seconds) = sample.updaters.and_then(|u| u.stale_after_seconds) else {
+                continue;
+            };
+            ConstGauge::new(seconds).encode(stale.encode_family(&sample.labels())?)?;
+        }
+        let present: std::collections::HashSet<Key> = samples
+            .iter()
+            .map(|s| Key {
+                kind: s.kind.clone(),
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+            })
+            .collect();
+        self.encode_budgets(&present, &mut encoder)?;
+        encode_autoscalers(self, &present, &mut encoder)
     }
 }
 
@@ -278,14 +311,10 @@ struct BudgetLabels {
 impl Resources {
     fn encode_budgets(
         &self,
-        samples: &[Sample],
+        present: &std::collections::HashSet<Key>,
         encoder: &mut DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
-        let exists = |key: &Key| {
-            samples
-                .iter()
-                .any(|s| s.kind == key.kind && s.namespace == key.namespace && s.name == key.name)
-        };
+        let exists = |key: &Key| present.contains(key);
         let budgets: Vec<(Key, Vec<EngineBudget>)> = match self.budgets.lock() {
             Ok(mut all) => {
                 all.retain(|key, _| exists(key));
@@ -354,18 +383,14 @@ fn with_state(key: &Key, state: &str) -> AutoscalerLabels {
     }
 }
 
-/// The autoscalers of the resources in `samples`.
+/// The autoscalers of the resources `present`.
 fn encode_autoscalers(
     resources: &Resources,
-    samples: &[Sample],
+    present: &std::collections::HashSet<Key>,
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
     use prometheus_client::metrics::counter::ConstCounter;
-    let exists = |key: &Key| {
-        samples
-            .iter()
-            .any(|s| s.kind == key.kind && s.namespace == key.namespace && s.name == key.name)
-    };
+    let exists = |key: &Key| present.contains(key);
     let tallies = resources.autoscalers.current(exists);
     let now = std::time::Instant::now();
     let gauge = ConstGauge::new(0i64).metric_type();

@@ -509,12 +509,13 @@ impl ControlPlane {
     }
 
     /// Starts `clair-operator run` from `binary` as the `clair-operator` user, its log in
-    /// `logs/operator.log`. It stops when the returned process is dropped.
+    /// `logs/operator.log`, its metrics and health on `127.0.0.1:8080`. It stops when the
+    /// returned process is dropped.
     pub fn start_operator(&self, binary: &Path) -> Result<Process> {
         Process::spawn_with_env(
             "operator",
             binary,
-            &["run".to_string()],
+            &["run", "--metrics-listen", "127.0.0.1:8080"].map(String::from),
             &[("KUBECONFIG", &self.kubeconfig_path(OPERATOR))],
             &self.dir.join("logs"),
         )

@@ -214,6 +214,14 @@ pub async fn metrics_match_the_cluster_and_pass_promtool(env: &TestEnv) -> anyho
                     "clair_operator_webhook_admissions_total",
                     vec![("webhook", "resources"), ("verdict", "allowed")],
                 ),
+                (
+                    "clair_operator_database_connections",
+                    vec![("namespace", ns.as_str()), ("state", "demand")],
+                ),
+                (
+                    "clair_operator_database_connections",
+                    vec![("namespace", ns.as_str()), ("state", "limit")],
+                ),
             ] {
                 ensure!(
                     total(&samples, name, &labels) >= 1.0,

@@ -165,13 +165,20 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     })
     .await?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let (status, text) = request(
-        "GET",
-        format!("{indexer}/indexer/api/v1/index_report/{manifest}"),
-        Some(token),
-        None,
-    )
+    // Until kube-proxy has moved the Service to the new pod (on a busy machine, a moment
+    // after the rollout ends), a request may go to the old pod's address and time out.
+    let answer = std::sync::Mutex::new((0, String::new()));
+    crate::support::eventually(START, "the indexer to answer through its Service", || {
+        let url = format!("{indexer}/indexer/api/v1/index_report/{manifest}");
+        let (token, answer) = (token.clone(), &answer);
+        async move {
+            let (status, text) = request("GET", url, Some(token), None).await?;
+            *answer.lock().expect("lock") = (status, text);
+            Ok(true)
+        }
+    })
     .await?;
+    let (status, text) = answer.into_inner().expect("lock");
     ensure!(
         status == 200,
         "the index report is gone after the database restarted: {status} {text}"

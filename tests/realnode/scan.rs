@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use clair_operator::api::Phase;
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::fixtures::{
@@ -20,7 +20,7 @@ use crate::fixtures::{
     digest, psk_token, request,
 };
 use crate::support::clair::{
-    apply_json, create_clair, external_databases, external_spec, phase_is, secret_text,
+    apply_json, condition, create_clair, external_databases, external_spec, phase_is, secret_text,
     wait_clair_within,
 };
 use crate::support::{FIELD_MANAGER, TestEnv, eventually};
@@ -169,6 +169,121 @@ pub fn dump_on_error<T>(env: &TestEnv, ns: &str, result: anyhow::Result<T>) -> a
             "pods:\n{pods}\nevents:\n{events}\noperator log:\n{operator}"
         ))
     })
+}
+
+/// A run of the updater CronJob's Job template that fails at once (its own name, never
+/// restarted): `UpdatersReady` turns False naming the Job and its reason.
+async fn an_updater_failure_is_reported(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let cronjob = Api::<CronJob>::namespaced(client.clone(), ns)
+        .get("clair-updaters")
+        .await?;
+    let template = cronjob
+        .spec
+        .as_ref()
+        .map(|s| s.job_template.clone())
+        .context("the CronJob's job template")?;
+    let mut spec = template.spec.context("the job template's spec")?;
+    spec.backoff_limit = Some(0);
+    let pod = spec.template.spec.as_mut().context("the pod spec")?;
+    pod.restart_policy = Some("Never".to_string());
+    pod.containers[0].command = Some(vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "echo this run is broken on purpose; exit 3".to_string(),
+    ]);
+    pod.containers[0].args = None;
+    let job = Job {
+        metadata: kube::api::ObjectMeta {
+            name: Some("updaters-broken".to_string()),
+            labels: template.metadata.and_then(|m| m.labels),
+            owner_references: Some(vec![
+                cronjob
+                    .controller_owner_ref(&())
+                    .context("an owner reference")?,
+            ]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        ..Default::default()
+    };
+    Api::<Job>::namespaced(client.clone(), ns)
+        .create(&Default::default(), &job)
+        .await?;
+    let clair = wait_clair_within(
+        Duration::from_secs(240),
+        client,
+        ns,
+        "clair",
+        "UpdatersReady=False (UpdaterFailed)",
+        |c| {
+            condition(c, "UpdatersReady")
+                .is_some_and(|u| u.status == "False" && u.reason == "UpdaterFailed")
+        },
+    )
+    .await?;
+    let message = &condition(&clair, "UpdatersReady")
+        .context("UpdatersReady")?
+        .message;
+    ensure!(
+        message.contains("updaters-broken") && message.contains("BackoffLimitExceeded"),
+        "the condition names the Job and its reason: {message}"
+    );
+    let updaters = clair
+        .status
+        .and_then(|s| s.updaters)
+        .context("status.updaters")?;
+    ensure!(updaters.failed_runs == 1, "failed runs: {updaters:?}");
+    Ok(())
+}
+
+/// After a successful run: `UpdatersReady=True`, and the operator's age metric of the data
+/// (scraped from its pod) is fresh.
+async fn an_updater_success_is_reported(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let clair = wait_clair_within(
+        Duration::from_secs(360),
+        client,
+        ns,
+        "clair",
+        "UpdatersReady=True (UpdatersSucceeded)",
+        |c| {
+            condition(c, "UpdatersReady")
+                .is_some_and(|u| u.status == "True" && u.reason == "UpdatersSucceeded")
+        },
+    )
+    .await?;
+    ensure!(
+        clair
+            .status
+            .and_then(|s| s.updaters)
+            .is_some_and(|u| u.last_success_time.is_some()),
+        "status.updaters.lastSuccessTime is set"
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), "clair-operator")
+        .list(&ListParams::default().labels("app.kubernetes.io/name=clair-operator"))
+        .await?;
+    let ip = pods
+        .items
+        .iter()
+        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .context("the operator pod's IP")?;
+    let series = format!(
+        "clair_operator_updater_last_success_age_seconds{{kind=\"Clair\",namespace=\"{ns}\",name=\"clair\"}}"
+    );
+    eventually(Duration::from_secs(60), "a fresh age of the data", || {
+        let (url, series) = (format!("http://{ip}:8080/metrics"), series.clone());
+        async move {
+            let (status, text) = request("GET", url, None, None).await?;
+            ensure!(status == 200, "GET /metrics: {status}");
+            let age: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .context("no age series")?
+                .trim()
+                .parse()?;
+            Ok(age < 600.0)
+        }
+    })
+    .await
 }
 
 /// Runs the updater CronJob now, as an SRE would (`kubectl create job --from`), and waits
@@ -347,8 +462,12 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     dump_on_error(env, &ns, available)?;
     pods_serve_as_nobody(&client, &ns, 3).await?;
 
-    // The updater CronJob's pod imports the vulnerability into the matcher's database.
+    // A failed updater run turns UpdatersReady False with the Job's reason; then the
+    // updater CronJob's pod imports the vulnerability into the matcher's database, and
+    // UpdatersReady turns True with fresh data.
+    an_updater_failure_is_reported(&client, &ns).await?;
     run_updaters_now(env, &client, &ns).await?;
+    an_updater_success_is_reported(&client, &ns).await?;
     let found = env.postgres.sql_in(
         &format!("{}_matcher", ns.replace('-', "_")),
         &format!("SELECT name FROM vuln WHERE name = '{VULNERABILITY}'"),

@@ -25,6 +25,8 @@ impl OperatorProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_clair-operator"));
         command
             .arg("run")
+            // Loopback only, on a free port.
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .args(args)
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,clair_operator=debug");

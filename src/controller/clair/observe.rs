@@ -151,7 +151,8 @@ impl Observed {
     pub fn budgets(&self, input: &ClairInput) -> Vec<crate::metrics::resources::EngineBudget> {
         let mut demand: BTreeMap<String, u32> = BTreeMap::new();
         for d in database::demands(input, &self.database) {
-            *demand.entry(d.engine).or_default() += d.pool.saturating_mul(d.max_replicas);
+            let total = demand.entry(d.engine).or_default();
+            *total = total.saturating_add(d.pool.saturating_mul(d.max_replicas));
         }
         let managed = input.spec.database.managed.is_some();
         demand

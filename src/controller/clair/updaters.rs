@@ -113,6 +113,7 @@ pub fn status(observation: &UpdatersObservation) -> Option<UpdatersStatus> {
         last_failure_time: runs.last_failure.as_ref().map(|(t, _)| t.clone()),
         last_failure_message: runs.last_failure.as_ref().map(|(_, why)| why.clone()),
         failed_runs: runs.failed_runs,
+        stale_after_seconds: i64::try_from(runs.stale_after.as_secs()).ok(),
     })
 }
 

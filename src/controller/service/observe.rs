@@ -92,14 +92,17 @@ pub fn autoscaler_reading(
     let spec = autoscaler.spec.as_ref()?;
     let status = autoscaler.status.as_ref()?;
     let mut metrics: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
-    for metric in spec.metrics.iter().flatten() {
+    // The names come from the tenant's spec: label-safe and bounded in length and number.
+    for metric in spec.metrics.iter().flatten().take(MAX_TUNING_METRICS) {
         if let Some((name, target)) = metric_target(metric) {
-            metrics.entry(name).or_default().1 = target;
+            metrics.entry(label_safe(&name)).or_default().1 = target;
         }
     }
     for metric in status.current_metrics.iter().flatten() {
-        if let Some((name, current)) = metric_current(metric) {
-            metrics.entry(name).or_default().0 = current;
+        if let Some((name, current)) = metric_current(metric)
+            && let Some(entry) = metrics.get_mut(&label_safe(&name))
+        {
+            entry.0 = current;
         }
     }
     Some(crate::metrics::autoscaling::Reading {
@@ -109,6 +112,24 @@ pub fn autoscaler_reading(
         ready,
         metrics,
     })
+}
+
+/// The autoscaler metrics reported per service (a spec may list more).
+const MAX_TUNING_METRICS: usize = 8;
+
+/// A metric name as a label value: letters, digits and `_:./-` only, at most 63 characters,
+/// so a name a tenant chose cannot break or forge the exposition.
+fn label_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_:./-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect()
 }
 
 /// A metric's name and target: utilization in percent, else the value as a number.
@@ -169,14 +190,20 @@ fn metric_current(metric: &MetricStatus) -> Option<(String, Option<f64>)> {
 fn quantity(text: &str) -> Option<f64> {
     const SUFFIXES: &[(&str, f64)] = &[
         ("Ki", 1024.0),
-        ("Mi", 1024.0 * 1024.0),
-        ("Gi", 1024.0 * 1024.0 * 1024.0),
-        ("Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("Pi", 1125899906842624.0),
+        ("Ei", 1152921504606846976.0),
+        ("n", 1e-9),
+        ("u", 1e-6),
         ("m", 1e-3),
         ("k", 1e3),
         ("M", 1e6),
         ("G", 1e9),
         ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
     ];
     let text = text.trim();
     for (suffix, scale) in SUFFIXES {
@@ -386,6 +413,14 @@ mod tests {
         assert_eq!(quantity("1.5"), Some(1.5));
         assert_eq!(quantity("3G"), Some(3e9));
         assert_eq!(quantity("lots"), None);
+        assert_eq!(quantity("500u"), Some(0.0005));
+    }
+
+    #[test]
+    fn tenant_metric_names_cannot_break_the_exposition() {
+        assert_eq!(label_safe("requests_per_second"), "requests_per_second");
+        assert_eq!(label_safe("x\"} 1\nforged{a=\"b"), "x___1_forged_a__b");
+        assert_eq!(label_safe(&"a".repeat(500)).len(), 63);
     }
     use serde_json::json;
 
