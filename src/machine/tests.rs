@@ -422,6 +422,27 @@ fn assert_consistent(
     database: &DatabaseObservation,
 ) {
     let phase = decision.phase;
+    // A resource that is not ready says why and points at the runbook of the phase it is
+    // in, without repeating the phase's name.
+    let ready = decision
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    if ready.status == "False" && phase != Phase::Degraded {
+        assert!(
+            ready
+                .message
+                .contains(&format!("docs/runbooks/{phase}.md#")),
+            "{phase}: Ready links another phase's runbook: {}",
+            ready.message
+        );
+        assert!(
+            !ready.message.contains(&format!("is {phase}: ")),
+            "{phase}: Ready repeats the phase before saying why: {}",
+            ready.message
+        );
+    }
     if phase == Phase::Available {
         assert!(
             matches!(config, ConfigObservation::Valid { .. }),

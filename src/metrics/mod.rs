@@ -129,67 +129,73 @@ fn latency() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 13))
 }
 
+/// A counter family registered as `name` (`_total` is added).
+fn counter<L>(registry: &mut Registry, name: &str, help: &str) -> Family<L, Counter>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    let family = Family::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+/// A histogram family of durations in seconds, registered as `name` (`_seconds` is added).
+fn histogram<L>(registry: &mut Registry, name: &str, help: &str) -> HistogramFamily<L>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    let family: HistogramFamily<L> = Family::new_with_constructor(latency);
+    registry.register_with_unit(name, help, Unit::Seconds, family.clone());
+    family
+}
+
 impl Metrics {
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::with_prefix("clair_operator");
-        let reconciles = Family::default();
-        registry.register(
+        let reconciles = counter(
+            &mut registry,
             "reconciles",
             "Reconciles by kind and result (success, error)",
-            reconciles.clone(),
         );
-        let reconcile_duration: HistogramFamily<KindLabels> = Family::new_with_constructor(latency);
-        registry.register_with_unit(
+        let reconcile_duration = histogram(
+            &mut registry,
             "reconcile_duration",
             "Time one reconcile took, from reading the resource to writing its status",
-            Unit::Seconds,
-            reconcile_duration.clone(),
         );
-        let reconcile_errors = Family::default();
-        registry.register(
+        let reconcile_errors = counter(
+            &mut registry,
             "reconcile_errors",
             "Failed reconciles by kind and what failed",
-            reconcile_errors.clone(),
         );
-        let transitions = Family::default();
-        registry.register(
+        let transitions = counter(
+            &mut registry,
             "phase_transitions",
             "Phase transitions by kind, from and to",
-            transitions.clone(),
         );
-        let applies = Family::default();
-        registry.register(
+        let applies = counter(
+            &mut registry,
             "applies",
-            "Owned objects written or found current, by object kind and outcome (created, changed, unchanged)",
-            applies.clone(),
+            "Owned objects written or found current, by object kind and outcome (created, changed, unchanged, deleted)",
         );
-        let api_requests = Family::default();
-        registry.register(
+        let api_requests = counter(
+            &mut registry,
             "api_requests",
             "Requests the operator made to the Kubernetes API, by verb, resource and HTTP status",
-            api_requests.clone(),
         );
-        let database_probe_duration: HistogramFamily<ProbeLabels> =
-            Family::new_with_constructor(latency);
-        registry.register_with_unit(
+        let database_probe_duration = histogram(
+            &mut registry,
             "database_probe_duration",
-            "Time one database check took (connect, version, migrations), by result",
-            Unit::Seconds,
-            database_probe_duration.clone(),
+            "Time one database check took (connect, version, max_connections), by result",
         );
-        let admissions = Family::default();
-        registry.register(
+        let admissions = counter(
+            &mut registry,
             "webhook_admissions",
             "Admission reviews answered, by webhook and verdict",
-            admissions.clone(),
         );
-        let admission_duration: HistogramFamily<WebhookLabels> =
-            Family::new_with_constructor(latency);
-        registry.register_with_unit(
+        let admission_duration = histogram(
+            &mut registry,
             "webhook_admission_duration",
             "Time the webhook took to answer an admission review",
-            Unit::Seconds,
-            admission_duration.clone(),
         );
         let resources = Arc::new(resources::Resources::default());
         registry.register_collector(Box::new(resources.clone()));

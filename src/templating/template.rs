@@ -108,6 +108,12 @@ fn scan(text: &str) -> Result<Vec<(std::ops::Range<usize>, Reference)>, Error> {
         }
     }
     found.sort_by_key(|(range, _)| range.start);
+    // One reference inside another's key (`secret://a/bconfigmap://c/d`) is not two.
+    if let Some(pair) = found.windows(2).find(|w| w[1].0.start < w[0].0.end) {
+        return Err(Error::Malformed {
+            reference: text[pair[0].0.start..pair[1].0.end].to_string(),
+        });
+    }
     Ok(found)
 }
 
@@ -236,6 +242,17 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reference_inside_another_is_malformed() {
+        // Found by the fuzzer: overlapping references made the substitution slice backwards.
+        let text = "secret://databasbase/Dconfigmap://addresses/inn~exer";
+        assert!(
+            matches!(scan(text), Err(Error::Malformed { .. })),
+            "{:?}",
+            scan(text)
+        );
+    }
 
     fn reference(kind: SourceKind, name: &str, key: &str) -> Reference {
         Reference {

@@ -78,23 +78,7 @@ fn kubeconfig(env: &TestEnv) -> anyhow::Result<PathBuf> {
 
 /// The audit log's entries of requests made as the operator's ServiceAccount since `since`.
 pub fn requests_since(env: &TestEnv, since: SystemTime) -> anyhow::Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(env.plane.audit_log())?;
-    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
-    let mut requests = Vec::new();
-    for line in text.lines() {
-        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if entry["impersonatedUser"]["username"] != OPERATOR_SERVICE_ACCOUNT {
-            continue;
-        }
-        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            .parse()?;
-        if at >= since {
-            requests.push(entry);
-        }
-    }
-    Ok(requests)
+    crate::support::audited_since(env, since, |entry| {
+        entry["impersonatedUser"]["username"] == OPERATOR_SERVICE_ACCOUNT
+    })
 }

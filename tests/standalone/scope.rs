@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Indexer, Phase};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -58,6 +58,8 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
         env,
         "operator-scoped",
         &[
+            "--log-format",
+            "json",
             "--namespaces",
             &watched,
             "--webhook-listen",
@@ -130,6 +132,22 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
             }
         }
         ensure!(problems.is_empty(), "the scoped operator overstepped:\n{}", problems.join("\n"));
+
+        // Its log (`--log-format json`): one JSON object a line, no colour codes, and the
+        // reconcile span naming the resource and the phase it decided.
+        let log = operator.log();
+        ensure!(!log.contains('\u{1b}'), "colour codes in the log");
+        let mut decided = false;
+        for line in log.lines() {
+            let entry: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("a log line that is not JSON: {line}"))?;
+            let span = &entry["span"];
+            decided |= span["name"] == "reconcile"
+                && span["kind"] == "Clair"
+                && span["namespace"] == watched.as_str()
+                && span["phase"].is_string();
+        }
+        ensure!(decided, "no log line carries the reconcile span with its phase:\n{log}");
         Ok(())
     }
     .await;

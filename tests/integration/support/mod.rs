@@ -455,33 +455,47 @@ where
 /// need the templating webhook take it for reading, so one cannot disturb the other.
 pub static CLUSTER_WIDE_CHANGES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
+/// The audit log's entries received after `since` that `keep` keeps.
+pub fn audited_since(
+    env: &TestEnv,
+    since: SystemTime,
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(env.plane.audit_log())?;
+    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
+    let mut entries = Vec::new();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if !keep(&entry) {
+            continue;
+        }
+        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()?;
+        if at >= since {
+            entries.push(entry);
+        }
+    }
+    Ok(entries)
+}
+
 /// The audit log's entries of the operator's requests in `ns` received after `since`.
 pub fn operator_requests(
     env: &TestEnv,
     ns: &str,
     since: SystemTime,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(env.plane.audit_log())?;
-    let since = k8s_openapi::jiff::Timestamp::try_from(since)?;
-    let mut requests = Vec::new();
-    for line in text.lines() {
-        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if entry["user"]["username"] != OPERATOR || entry["objectRef"]["namespace"] != ns {
-            continue;
-        }
+    let requests = audited_since(env, since, |entry| {
+        entry["user"]["username"] == OPERATOR && entry["objectRef"]["namespace"] == ns
+    })?;
+    for entry in &requests {
         anyhow::ensure!(
             entry["impersonatedUser"]["username"] == OPERATOR_SERVICE_ACCOUNT,
-            "an operator request not made as its ServiceAccount: {line}"
+            "an operator request not made as its ServiceAccount: {entry}"
         );
-        let at: k8s_openapi::jiff::Timestamp = entry["requestReceivedTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            .parse()?;
-        if at >= since {
-            requests.push(entry);
-        }
     }
     Ok(requests)
 }
