@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["machine", "render", "crdgen"],
     // Reading the ConfigMap and Secret keys resources reference; the images they may run;
     // the metrics and health checks everything above reports into.
-    &["sources", "images", "metrics"],
+    &["sources", "images", "metrics", "leader"],
     // Resolving template references.
     &["templating"],
     // The controllers and the admission webhooks.

@@ -8,6 +8,7 @@ pub mod crdgen;
 pub mod database;
 pub mod generated;
 pub mod images;
+pub mod leader;
 pub mod machine;
 pub mod metrics;
 pub mod render;

@@ -113,6 +113,15 @@ struct RunArgs {
     /// Where `/metrics` (OpenMetrics), `/healthz` and `/readyz` are served, over plain HTTP.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_listen: std::net::SocketAddr,
+    /// Run the controllers without electing a leader: for a single replica only (two would
+    /// both write). By default the replicas elect one on the Lease `clair-operator` in
+    /// `--leader-election-namespace`, and the others serve the webhooks and metrics.
+    #[arg(long, env = "CLAIR_OPERATOR_NO_LEADER_ELECTION")]
+    no_leader_election: bool,
+    /// Where the leader election's Lease lives; the pod's namespace (`POD_NAMESPACE`), else
+    /// the webhook Service's.
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
     /// How log lines are written: `text` for people, `json` for log pipelines.
     #[arg(
         long,
@@ -384,13 +393,49 @@ fn run(args: RunArgs) -> Result<(), String> {
                 until,
             ))
         });
+        let leading = telemetry.metrics.leader.clone();
         let controllers = controller::Controllers {
             images,
             template_seal: seal,
             namespaces,
             telemetry,
         };
-        let controllers = controller::run(client, controllers, until_stopped(stopped));
+        let election = (!args.no_leader_election).then(|| {
+            let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| {
+                args.webhook_service
+                    .split_once('/')
+                    .map_or("clair-operator", |(ns, _)| ns)
+                    .to_string()
+            });
+            clair_operator::leader::Election::new(
+                client.clone(),
+                &namespace,
+                "clair-operator",
+                &identity(),
+                clair_operator::leader::Timing::default(),
+            )
+        });
+        let controllers = async {
+            let Some(election) = &election else {
+                leading.set(1);
+                return controller::run(client, controllers, until_stopped(stopped)).await;
+            };
+            tokio::select! {
+                _ = election.acquire() => {}
+                _ = until_stopped(stopped.clone()) => return,
+            }
+            leading.set(1);
+            tokio::select! {
+                _ = controller::run(client, controllers, until_stopped(stopped)) => {
+                    election.release().await;
+                }
+                _ = election.hold() => {
+                    // Another replica may lead from now on: write nothing more.
+                    tracing::error!(identity = election.identity(), "lost the lease; exiting so that one replica leads");
+                    std::process::exit(1);
+                }
+            }
+        };
         tokio::pin!(controllers);
         tokio::select! {
             _ = &mut controllers => {}
@@ -409,6 +454,14 @@ fn run(args: RunArgs) -> Result<(), String> {
             }
         }
         Ok(())
+    })
+}
+
+/// This replica's name in the Lease: the pod's name, else the host's and the process id.
+fn identity() -> String {
+    std::env::var("POD_NAME").unwrap_or_else(|_| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
     })
 }
 

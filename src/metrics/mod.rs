@@ -120,6 +120,8 @@ pub struct Metrics {
     pub database_probe_duration: HistogramFamily<ProbeLabels>,
     pub admissions: Family<AdmissionLabels, Counter>,
     pub admission_duration: HistogramFamily<WebhookLabels>,
+    /// 1 while this replica runs the controllers (it holds the leader's Lease).
+    pub leader: prometheus_client::metrics::gauge::Gauge,
     /// The resources the controllers cache, sampled at scrape time.
     pub resources: Arc<resources::Resources>,
 }
@@ -197,6 +199,12 @@ impl Metrics {
             "webhook_admission_duration",
             "Time the webhook took to answer an admission review",
         );
+        let leader = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader's Lease and runs the controllers",
+            leader.clone(),
+        );
         let resources = Arc::new(resources::Resources::default());
         registry.register_collector(Box::new(resources.clone()));
         Arc::new(Self {
@@ -210,6 +218,7 @@ impl Metrics {
             database_probe_duration,
             admissions,
             admission_duration,
+            leader,
             resources,
         })
     }

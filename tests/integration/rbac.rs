@@ -13,6 +13,24 @@ use crate::support::TestEnv;
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     // (group, resource, verb, why)
     (
+        "coordination.k8s.io",
+        "leases",
+        "get",
+        "leader election runs in the operator's own process (tests/standalone), not in this suite's in-process operator",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "create",
+        "leader election: the first replica creates the Lease (tests/standalone)",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "update",
+        "leader election: renewing and taking over the Lease (tests/standalone)",
+    ),
+    (
         "route.openshift.io",
         "routes/custom-host",
         "create",

@@ -6,6 +6,7 @@
 #[path = "../integration/support/mod.rs"]
 mod support;
 
+mod leader;
 mod operator;
 mod scope;
 mod watches;
@@ -29,5 +30,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
         watches::unrelated_secrets_cost_their_metadata_only,
+        // Last: it leaves 50 Clairs behind it while their namespace goes.
+        leader::a_killed_leader_hands_over_and_nothing_is_done_twice,
     ]
 }

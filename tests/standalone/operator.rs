@@ -19,9 +19,11 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts `clair-operator run ARGS` as `name` (its log: `logs/NAME.log`).
+    /// Starts `clair-operator run ARGS` as `name` (its log: `logs/NAME.log`; its identity in
+    /// the leader election: `NAME`; in the audit log, the ServiceAccount with the extra group
+    /// `clair-operator-test:NAME`, so two processes' requests can be told apart).
     pub fn start(env: &TestEnv, name: &str, args: &[&str]) -> anyhow::Result<Self> {
-        let kubeconfig = kubeconfig(env)?;
+        let kubeconfig = kubeconfig(env, name)?;
         let mut command = Command::new(env!("CARGO_BIN_EXE_clair-operator"));
         command
             .arg("run")
@@ -29,10 +31,19 @@ impl OperatorProcess {
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(args)
             .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", name)
             .env("RUST_LOG", "info,clair_operator=debug");
         let started = SystemTime::now();
         let process = Process::spawn_command(name, command, &env.plane.dir().join("logs"))?;
         Ok(Self { process, started })
+    }
+
+    /// Kills it at once (SIGKILL), as a node failure or the OOM killer would.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        let pid = self.process.id().to_string();
+        let killed = Command::new("kill").args(["-KILL", &pid]).status()?;
+        anyhow::ensure!(killed.success(), "kill -KILL {pid}");
+        Ok(())
     }
 
     /// The peak resident memory of the process so far, in bytes (`VmHWM`).
@@ -60,21 +71,27 @@ impl OperatorProcess {
     }
 }
 
-/// The operator user's kubeconfig, impersonating the operator's ServiceAccount.
-fn kubeconfig(env: &TestEnv) -> anyhow::Result<PathBuf> {
+/// The operator user's kubeconfig, impersonating the operator's ServiceAccount (with the
+/// group naming the process `name`).
+fn kubeconfig(env: &TestEnv, name: &str) -> anyhow::Result<PathBuf> {
     let mut kubeconfig = Kubeconfig::read_from(env.plane.kubeconfig_path(OPERATOR))?;
     for user in &mut kubeconfig.auth_infos {
         if let Some(auth) = user.auth_info.as_mut() {
             auth.impersonate = Some(OPERATOR_SERVICE_ACCOUNT.to_string());
+            auth.impersonate_groups = Some(vec![
+                "system:serviceaccounts".to_string(),
+                "system:authenticated".to_string(),
+                format!("{TEST_GROUP}{name}"),
+            ]);
         }
     }
-    let path = env
-        .plane
-        .dir()
-        .join("operator-as-service-account.kubeconfig");
+    let path = env.plane.dir().join(format!("{name}.kubeconfig"));
     std::fs::write(&path, serde_json::to_string(&kubeconfig)?)?;
     Ok(path)
 }
+
+/// The group prefix naming an operator process in the audit log.
+pub const TEST_GROUP: &str = "clair-operator-test:";
 
 /// The audit log's entries of requests made as the operator's ServiceAccount since `since`.
 pub fn requests_since(env: &TestEnv, since: SystemTime) -> anyhow::Result<Vec<serde_json::Value>> {
