@@ -18,3 +18,5 @@ pub mod webhook;
 
 #[cfg(test)]
 mod layers;
+#[cfg(test)]
+mod packaging;

@@ -160,7 +160,7 @@ if [ -n "$operator" ]; then
   mv "$root$operator" "$root/usr/bin/clair-operator"
   built+=("$(image "$name:$tag" "$root" \
     --config.entrypoint /usr/bin/clair-operator --config.cmd run \
-    --config.user 65532:65532 --config.exposedports 8443/tcp)")
+    --config.user 65532:65532 --config.exposedports 8443/tcp --config.exposedports 8080/tcp)")
 fi
 
 printf '%s\n' "${built[@]}"
