@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscalerBehavior, MetricSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, ResourceRequirements, Toleration, TopologySpreadConstraint,
+    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+    TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -155,6 +156,46 @@ pub struct PodOverrides {
     /// proxy settings). `CLAIR_MODE` and `CLAIR_CONF` are set by the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Secrets with the credentials to pull the image (a private or mirrored registry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// The ServiceAccount the pods run as (for a registry or policy bound to it); its token
+    /// is not mounted. Default: the namespace's `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// The pods' PriorityClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Extra labels on the pods (for cost allocation, mesh or policy selectors). The
+    /// operator's own `app.kubernetes.io/*` labels take precedence.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra annotations on the pods (a service mesh's, a log shipper's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Extra CA certificates Clair trusts, for a registry, proxy or vulnerability source
+    /// behind a private CA: every key of this ConfigMap or Secret (PEM) is mounted in
+    /// `/var/run/certs`, one of the folders of Clair's `SSL_CERT_DIR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<CaBundle>,
+}
+
+/// A ConfigMap or a Secret of CA certificates in the resource's namespace. Exactly one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.configMap) != has(self.secret)")
+    .message("set exactly one of configMap or secret"))]
+pub struct CaBundle {
+    /// Name of a ConfigMap whose keys are PEM certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub config_map: Option<String>,
+    /// Name of a Secret whose keys are PEM certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret: Option<String>,
 }
 
 /// Where a resource stands, for people and runbooks (`docs/runbooks/<Phase>.md`). The

@@ -220,24 +220,38 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             "100m",
             "256Mi",
         )),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "config".to_string(),
-                mount_path: CONFIG_DIR.to_string(),
+        volume_mounts: Some(
+            [
+                VolumeMount {
+                    name: "config".to_string(),
+                    mount_path: CONFIG_DIR.to_string(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "scratch".to_string(),
+                    mount_path: "/var/tmp".to_string(),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(ca_bundle_volume(pod).map(|_| VolumeMount {
+                name: CA_BUNDLE_VOLUME.to_string(),
+                mount_path: CA_BUNDLE_DIR.to_string(),
                 read_only: Some(true),
                 ..Default::default()
-            },
-            VolumeMount {
-                name: "scratch".to_string(),
-                mount_path: "/var/tmp".to_string(),
-                ..Default::default()
-            },
-        ]),
+            }))
+            .collect(),
+        ),
         ..restricted_container()
     };
     let selector = labels::selector(input.name, input.kind.as_str());
-    let mut template_labels = labels::all(input.name, input.kind.as_str());
+    // The user's labels and annotations first: the operator's own override them.
+    let mut template_labels = pod.labels.clone();
+    template_labels.extend(labels::all(input.name, input.kind.as_str()));
     template_labels.extend(selector.clone());
+    let mut template_annotations = pod.annotations.clone();
+    template_annotations.insert(CONFIG_HASH.to_string(), config_hash.to_string());
     let non_empty = |map: &BTreeMap<String, String>| (!map.is_empty()).then(|| map.clone());
     Deployment {
         metadata: metadata(input, input.name.to_string()),
@@ -253,25 +267,30 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(template_labels),
-                    annotations: Some(BTreeMap::from([(
-                        CONFIG_HASH.to_string(),
-                        config_hash.to_string(),
-                    )])),
+                    annotations: Some(template_annotations),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(vec![
-                        Volume {
-                            name: "config".to_string(),
-                            secret: Some(SecretVolumeSource {
-                                secret_name: Some(snapshot_secret.to_string()),
+                    volumes: Some(
+                        [
+                            Volume {
+                                name: "config".to_string(),
+                                secret: Some(SecretVolumeSource {
+                                    secret_name: Some(snapshot_secret.to_string()),
+                                    ..Default::default()
+                                }),
                                 ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                        scratch_volume(spec),
-                    ]),
+                            },
+                            scratch_volume(spec),
+                        ]
+                        .into_iter()
+                        .chain(ca_bundle_volume(pod))
+                        .collect(),
+                    ),
+                    image_pull_secrets: non_empty_vec(&pod.image_pull_secrets),
+                    service_account_name: pod.service_account_name.clone(),
+                    priority_class_name: pod.priority_class_name.clone(),
                     node_selector: non_empty(&pod.node_selector),
                     tolerations: non_empty_vec(&pod.tolerations),
                     affinity: pod.affinity.clone(),
@@ -283,6 +302,30 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         }),
         ..Default::default()
     }
+}
+
+/// The volume of extra CA certificates, and where Clair reads them: a folder of the
+/// `SSL_CERT_DIR` Clair's image sets.
+const CA_BUNDLE_VOLUME: &str = "ca-bundle";
+pub const CA_BUNDLE_DIR: &str = "/var/run/certs";
+
+/// The `caBundle` ConfigMap or Secret as a read-only volume, when one is given.
+fn ca_bundle_volume(pod: &crate::api::common::PodOverrides) -> Option<Volume> {
+    let bundle = pod.ca_bundle.as_ref()?;
+    Some(Volume {
+        name: CA_BUNDLE_VOLUME.to_string(),
+        config_map: bundle.config_map.as_ref().map(|name| {
+            k8s_openapi::api::core::v1::ConfigMapVolumeSource {
+                name: name.clone(),
+                ..Default::default()
+            }
+        }),
+        secret: bundle.secret.as_ref().map(|name| SecretVolumeSource {
+            secret_name: Some(name.clone()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 pub fn service(input: &ServiceInput) -> Service {
@@ -566,6 +609,70 @@ mod tests {
             Some(70)
         );
         spec.autoscaling = None;
+    }
+
+    #[test]
+    fn enterprise_pod_settings_reach_the_pods_and_the_operators_labels_win() {
+        use crate::api::common::CaBundle;
+        let plain = deployment(&input(&spec()), "m-config-abc", "abc");
+        let mut spec = spec();
+        spec.pod.image_pull_secrets = vec![k8s_openapi::api::core::v1::LocalObjectReference {
+            name: "mirror-pull".into(),
+        }];
+        spec.pod.service_account_name = Some("clair-pods".into());
+        spec.pod.priority_class_name = Some("scanners".into());
+        spec.pod.labels = BTreeMap::from([
+            ("cost-center".to_string(), "sec".to_string()),
+            (labels::INSTANCE.to_string(), "hijacked".to_string()),
+        ]);
+        spec.pod.annotations = BTreeMap::from([
+            ("sidecar.istio.io/inject".to_string(), "false".to_string()),
+            (CONFIG_HASH.to_string(), "forged".to_string()),
+        ]);
+        spec.pod.ca_bundle = Some(CaBundle {
+            config_map: Some("corporate-ca".into()),
+            secret: None,
+        });
+        let d = deployment(&input(&spec), "m-config-abc", "abc");
+        let template = d.spec.unwrap().template;
+        let meta = template.metadata.unwrap();
+        let labels = meta.labels.unwrap();
+        assert_eq!(labels["cost-center"], "sec");
+        assert_eq!(
+            labels[labels::INSTANCE],
+            "m",
+            "the selector's labels are the operator's"
+        );
+        let annotations = meta.annotations.unwrap();
+        assert_eq!(annotations["sidecar.istio.io/inject"], "false");
+        assert_eq!(annotations[CONFIG_HASH], "abc");
+        let pod = template.spec.unwrap();
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "mirror-pull");
+        assert_eq!(pod.service_account_name.as_deref(), Some("clair-pods"));
+        assert_eq!(pod.priority_class_name.as_deref(), Some("scanners"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "ca-bundle")
+            .unwrap();
+        assert_eq!(volume.config_map.unwrap().name, "corporate-ca");
+        let mount = pod.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .find(|m| m.name == "ca-bundle")
+            .unwrap();
+        assert_eq!(
+            (mount.mount_path.as_str(), mount.read_only),
+            (CA_BUNDLE_DIR, Some(true))
+        );
+        // Unset, nothing changes: running Deployments do not roll for the new fields.
+        let plain_pod = plain.spec.unwrap().template.spec.unwrap();
+        assert_eq!(plain_pod.volumes.unwrap().len(), 2);
+        assert!(plain_pod.image_pull_secrets.is_none() && plain_pod.service_account_name.is_none());
     }
 
     #[test]
