@@ -51,11 +51,7 @@ pub async fn a_killed_leader_hands_over_and_nothing_is_done_twice(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
-    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base");
-    env.kubectl_ok(
-        "clair-operator",
-        &["apply", "--server-side", "--force-conflicts", "-k", base],
-    )?;
+    crate::operator::install(env, "base")?;
     let ns = env.namespace("leader").await?;
     external_databases(env, &client, &ns).await?;
     notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;

@@ -71,6 +71,16 @@ impl OperatorProcess {
     }
 }
 
+/// Installs `deploy/namespaced` (`overlay`) or `deploy/base` as the README says.
+pub fn install(env: &TestEnv, overlay: &str) -> anyhow::Result<()> {
+    let path = format!("{}/deploy/{overlay}", env!("CARGO_MANIFEST_DIR"));
+    env.kubectl_ok(
+        "clair-operator",
+        &["apply", "--server-side", "--force-conflicts", "-k", &path],
+    )?;
+    Ok(())
+}
+
 /// The operator user's kubeconfig, impersonating the operator's ServiceAccount (with the
 /// group naming the process `name`).
 fn kubeconfig(env: &TestEnv, name: &str) -> anyhow::Result<PathBuf> {

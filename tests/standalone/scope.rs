@@ -27,10 +27,7 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
     let other = env.namespace("scoped-c").await?;
     // As the README installs it: the overlay, then a RoleBinding in each watched namespace
     // (and no cluster-wide binding a test before may have left).
-    env.kubectl_ok(
-        "clair-operator",
-        &["apply", "--server-side", "--force-conflicts", "-k", OVERLAY],
-    )?;
+    crate::operator::install(env, "namespaced")?;
     env.kubectl_ok(
         "default",
         &[

@@ -20,11 +20,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub async fn unrelated_secrets_cost_their_metadata_only(env: &TestEnv) -> anyhow::Result<()> {
     let client = env.client().await?;
     // Cluster-wide, as `deploy/base` installs it.
-    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base");
-    env.kubectl_ok(
-        "clair-operator",
-        &["apply", "--server-side", "--force-conflicts", "-k", base],
-    )?;
+    crate::operator::install(env, "base")?;
 
     // The operator on an almost empty cluster, for comparison.
     let (baseline_rss, _) = run_until_synced(env, "operator-baseline").await?;
