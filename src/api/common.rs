@@ -180,6 +180,29 @@ pub struct PodOverrides {
     /// `/var/run/certs`, one of the folders of Clair's `SSL_CERT_DIR`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<CaBundle>,
+    /// An HTTP(S) proxy for what Clair fetches (the indexer's layers, the matcher's
+    /// vulnerability data, the notifier's deliveries). The cluster's own names (`localhost`,
+    /// `.svc`, `.cluster.local`) are always added to `NO_PROXY`, so the services keep
+    /// reaching each other directly. A proxy URL with a password is readable by whoever
+    /// reads this resource: give it through `env` with `valueFrom.secretKeyRef` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxySettings>,
+}
+
+/// Proxy settings, as Go's `net/http` reads them from the environment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxySettings {
+    /// `HTTP_PROXY`, for example `http://proxy.example:3128`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_proxy: Option<String>,
+    /// `HTTPS_PROXY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub https_proxy: Option<String>,
+    /// `NO_PROXY`: comma-separated hosts, domains (`.example`) and CIDRs reached directly,
+    /// besides the cluster's own names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_proxy: Option<String>,
 }
 
 /// A ConfigMap or a Secret of CA certificates in the resource's namespace. Exactly one.

@@ -187,6 +187,8 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             ..Default::default()
         },
     ];
+    env.extend(proxy_env(pod));
+    // The user's own variables last: where they name the same variable, theirs wins.
     env.extend(
         pod.env
             .iter()
@@ -302,6 +304,34 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         }),
         ..Default::default()
     }
+}
+
+/// Always reached directly: the cluster's own names, whatever the proxy settings say.
+const IN_CLUSTER: &str = "localhost,127.0.0.1,.svc,.svc.cluster.local,.cluster.local";
+
+/// `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` (with the cluster's names) from `pod.proxy`.
+fn proxy_env(pod: &crate::api::common::PodOverrides) -> Vec<EnvVar> {
+    let Some(proxy) = &pod.proxy else {
+        return Vec::new();
+    };
+    let var = |name: &str, value: &str| EnvVar {
+        name: name.to_string(),
+        value: Some(value.to_string()),
+        ..Default::default()
+    };
+    let mut env = Vec::new();
+    if let Some(url) = &proxy.http_proxy {
+        env.push(var("HTTP_PROXY", url));
+    }
+    if let Some(url) = &proxy.https_proxy {
+        env.push(var("HTTPS_PROXY", url));
+    }
+    let no_proxy = match proxy.no_proxy.as_deref().map(str::trim) {
+        Some(theirs) if !theirs.is_empty() => format!("{theirs},{IN_CLUSTER}"),
+        _ => IN_CLUSTER.to_string(),
+    };
+    env.push(var("NO_PROXY", &no_proxy));
+    env
 }
 
 /// The volume of extra CA certificates, and where Clair reads them: a folder of the
@@ -669,10 +699,37 @@ mod tests {
             (mount.mount_path.as_str(), mount.read_only),
             (CA_BUNDLE_DIR, Some(true))
         );
+        // A proxy: its variables, the cluster's names always direct.
+        let mut proxied = spec.clone();
+        proxied.pod.proxy = Some(crate::api::common::ProxySettings {
+            http_proxy: Some("http://proxy.example:3128".into()),
+            https_proxy: Some("http://proxy.example:3128".into()),
+            no_proxy: Some("db.example".into()),
+        });
+        let d = deployment(&input(&proxied), "m-config-abc", "abc");
+        let env = d.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap();
+        let value = |name: &str| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(
+            value("HTTPS_PROXY").as_deref(),
+            Some("http://proxy.example:3128")
+        );
+        assert_eq!(
+            value("NO_PROXY").as_deref(),
+            Some("db.example,localhost,127.0.0.1,.svc,.svc.cluster.local,.cluster.local")
+        );
         // Unset, nothing changes: running Deployments do not roll for the new fields.
         let plain_pod = plain.spec.unwrap().template.spec.unwrap();
         assert_eq!(plain_pod.volumes.unwrap().len(), 2);
         assert!(plain_pod.image_pull_secrets.is_none() && plain_pod.service_account_name.is_none());
+        let plain_env = plain_pod.containers[0].env.clone().unwrap_or_default();
+        assert!(!plain_env.iter().any(|e| e.name.ends_with("_PROXY")));
     }
 
     #[test]
