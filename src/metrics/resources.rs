@@ -183,107 +183,113 @@ impl Sample {
     }
 }
 
+/// One family: its descriptor, then a series for each `(labels, value)`.
+fn family<L, M>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    series: impl IntoIterator<Item = (L, M)>,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet,
+    M: EncodeMetric + prometheus_client::metrics::TypedMetric,
+{
+    let mut family = encoder.encode_descriptor(name, help, unit, M::TYPE)?;
+    for (labels, metric) in series {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 impl Collector for Resources {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let samples = self.samples();
         let now = Timestamp::now();
 
-        let gauge = ConstGauge::new(1i64);
-        let mut phases = encoder.encode_descriptor(
+        let age =
+            |since: Timestamp| ConstGauge::new(now.duration_since(since).as_secs_f64().max(0.0));
+        family(
+            &mut encoder,
             "resource_phase",
             "The phase each resource is in (1); see docs/runbooks/PHASE.md",
             None,
-            gauge.metric_type(),
-        )?;
-        for sample in &samples {
-            let Some(phase) = sample.phase else { continue };
-            let labels = PhaseLabels {
-                kind: sample.kind.clone(),
-                namespace: sample.namespace.clone(),
-                name: sample.name.clone(),
-                phase: phase.to_string(),
-            };
-            ConstGauge::new(1i64).encode(phases.encode_family(&labels)?)?;
-        }
-
-        let mut ages = encoder.encode_descriptor(
-            "resource_phase_age",
-            "How long each resource has been in its current phase",
-            Some(&Unit::Seconds),
-            gauge.metric_type(),
-        )?;
-        for sample in &samples {
-            let Some(since) = sample.phase_since else {
-                continue;
-            };
-            let seconds = now.duration_since(since).as_secs_f64().max(0.0);
-            ConstGauge::new(seconds).encode(ages.encode_family(&sample.labels())?)?;
-        }
-
-        let mut replicas = encoder.encode_descriptor(
-            "service_replicas",
-            "Pods of each service: asked for in the spec (absent under an autoscaler), current and ready",
-            None,
-            gauge.metric_type(),
-        )?;
-        for sample in &samples {
-            let Some(counts) = sample.replicas else {
-                continue;
-            };
-            let states = [
-                ("spec", counts.spec),
-                ("current", Some(counts.current)),
-                ("ready", Some(counts.ready)),
-            ];
-            for (state, value) in states {
-                let Some(value) = value else { continue };
-                let labels = ReplicaLabels {
+            samples.iter().filter_map(|sample| {
+                let labels = PhaseLabels {
                     kind: sample.kind.clone(),
                     namespace: sample.namespace.clone(),
                     name: sample.name.clone(),
-                    state: state.to_string(),
+                    phase: sample.phase?.to_string(),
                 };
-                ConstGauge::new(i64::from(value)).encode(replicas.encode_family(&labels)?)?;
-            }
-        }
-        let mut age = encoder.encode_descriptor(
+                Some((labels, ConstGauge::new(1i64)))
+            }),
+        )?;
+        family(
+            &mut encoder,
+            "resource_phase_age",
+            "How long each resource has been in its current phase",
+            Some(&Unit::Seconds),
+            samples
+                .iter()
+                .filter_map(|s| Some((s.labels(), age(s.phase_since?)))),
+        )?;
+        family(
+            &mut encoder,
+            "service_replicas",
+            "Pods of each service: asked for in the spec (absent under an autoscaler), current and ready",
+            None,
+            samples.iter().flat_map(|sample| {
+                let counts = sample.replicas;
+                [
+                    ("spec", counts.and_then(|c| c.spec)),
+                    ("current", counts.map(|c| c.current)),
+                    ("ready", counts.map(|c| c.ready)),
+                ]
+                .into_iter()
+                .filter_map(move |(state, value)| {
+                    let labels = ReplicaLabels {
+                        kind: sample.kind.clone(),
+                        namespace: sample.namespace.clone(),
+                        name: sample.name.clone(),
+                        state: state.to_string(),
+                    };
+                    Some((labels, ConstGauge::new(i64::from(value?))))
+                })
+            }),
+        )?;
+        family(
+            &mut encoder,
             "updater_last_success_age",
             "How old a Clair's vulnerability data is: time since its updater CronJob last succeeded",
             Some(&Unit::Seconds),
-            gauge.metric_type(),
+            samples
+                .iter()
+                .filter_map(|s| Some((s.labels(), age(s.updaters?.last_success?)))),
         )?;
-        for sample in &samples {
-            let Some(success) = sample.updaters.and_then(|u| u.last_success) else {
-                continue;
-            };
-            let seconds = now.duration_since(success).as_secs_f64().max(0.0);
-            ConstGauge::new(seconds).encode(age.encode_family(&sample.labels())?)?;
-        }
-        let mut failed = encoder.encode_descriptor(
+        family(
+            &mut encoder,
             "updater_failed_runs",
             "Failed runs among the updater Jobs the CronJob keeps (its last three)",
             None,
-            gauge.metric_type(),
+            samples.iter().filter_map(|s| {
+                Some((
+                    s.labels(),
+                    ConstGauge::new(i64::from(s.updaters?.failed_runs)),
+                ))
+            }),
         )?;
-        for sample in &samples {
-            let Some(updaters) = sample.updaters else {
-                continue;
-            };
-            ConstGauge::new(i64::from(updaters.failed_runs))
-                .encode(failed.encode_family(&sample.labels())?)?;
-        }
-        let mut stale = encoder.encode_descriptor(
+        family(
+            &mut encoder,
             "updater_stale_after",
             "When a Clair's vulnerability data counts as stale (spec.updaters.staleAfterSeconds, or twice the schedule's interval)",
             Some(&Unit::Seconds),
-            gauge.metric_type(),
+            samples.iter().filter_map(|s| {
+                Some((
+                    s.labels(),
+                    ConstGauge::new(s.updaters?.stale_after_seconds?),
+                ))
+            }),
         )?;
-        for sample in &samples {
-            let Some(seconds) = sample.updaters.and_then(|u| u.stale_after_seconds) else {
-                continue;
-            };
-            ConstGauge::new(seconds).encode(stale.encode_family(&sample.labels())?)?;
-        }
         let present: std::collections::HashSet<Key> = samples
             .iter()
             .map(|s| Key {
@@ -322,27 +328,29 @@ impl Resources {
             }
             Err(_) => Vec::new(),
         };
-        let mut family = encoder.encode_descriptor(
+        let series = budgets.iter().flat_map(|(key, engines)| {
+            engines.iter().flat_map(move |engine| {
+                [("demand", Some(engine.demand)), ("limit", engine.limit)]
+                    .into_iter()
+                    .filter_map(move |(state, value)| {
+                        let labels = BudgetLabels {
+                            kind: key.kind.clone(),
+                            namespace: key.namespace.clone(),
+                            name: key.name.clone(),
+                            engine: engine.engine.clone(),
+                            state: state.to_string(),
+                        };
+                        Some((labels, ConstGauge::new(i64::from(value?))))
+                    })
+            })
+        });
+        family(
+            encoder,
             "database_connections",
             "A Clair's database connections per engine: the most its pools may open (demand) against the engine's max_connections (limit)",
             None,
-            ConstGauge::new(0i64).metric_type(),
+            series,
         )?;
-        for (key, engines) in &budgets {
-            for engine in engines {
-                for (state, value) in [("demand", Some(engine.demand)), ("limit", engine.limit)] {
-                    let Some(value) = value else { continue };
-                    let labels = BudgetLabels {
-                        kind: key.kind.clone(),
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                        engine: engine.engine.clone(),
-                        state: state.to_string(),
-                    };
-                    ConstGauge::new(i64::from(value)).encode(family.encode_family(&labels)?)?;
-                }
-            }
-        }
         Ok(())
     }
 }
@@ -393,49 +401,48 @@ fn encode_autoscalers(
     let exists = |key: &Key| present.contains(key);
     let tallies = resources.autoscalers.current(exists);
     let now = std::time::Instant::now();
-    let gauge = ConstGauge::new(0i64).metric_type();
-    let counter = ConstCounter::new(0u64).metric_type();
 
-    let mut replicas = encoder.encode_descriptor(
+    family(
+        encoder,
         "autoscaler_replicas",
         "A service's autoscaler: the replicas it wants, and its minReplicas and maxReplicas",
         None,
-        gauge,
+        tallies.iter().flat_map(|(key, tally)| {
+            let reading = &tally.last;
+            [
+                ("desired", reading.desired),
+                ("min", reading.min),
+                ("max", reading.max),
+            ]
+            .map(|(state, value)| (with_state(key, state), ConstGauge::new(i64::from(value))))
+        }),
     )?;
-    for (key, tally) in &tallies {
-        let reading = &tally.last;
-        for (state, value) in [
-            ("desired", reading.desired),
-            ("min", reading.min),
-            ("max", reading.max),
-        ] {
-            ConstGauge::new(i64::from(value))
-                .encode(replicas.encode_family(&with_state(key, state))?)?;
-        }
-    }
-
-    let mut metrics = encoder.encode_descriptor(
+    family(
+        encoder,
         "autoscaler_metric",
         "Each autoscaler metric's current value and target (utilization in percent where the autoscaler uses it)",
         None,
-        gauge,
+        tallies.iter().flat_map(|(key, tally)| {
+            tally
+                .last
+                .metrics
+                .iter()
+                .flat_map(move |(metric, (current, target))| {
+                    [("current", current), ("target", target)]
+                        .into_iter()
+                        .filter_map(move |(value, number)| {
+                            let labels = AutoscalerMetricLabels {
+                                kind: key.kind.clone(),
+                                namespace: key.namespace.clone(),
+                                name: key.name.clone(),
+                                metric: metric.clone(),
+                                value: value.to_string(),
+                            };
+                            Some((labels, ConstGauge::new((*number)?)))
+                        })
+                })
+        }),
     )?;
-    for (key, tally) in &tallies {
-        for (metric, (current, target)) in &tally.last.metrics {
-            for (value, number) in [("current", current), ("target", target)] {
-                let Some(number) = number else { continue };
-                let labels = AutoscalerMetricLabels {
-                    kind: key.kind.clone(),
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    metric: metric.clone(),
-                    value: value.to_string(),
-                };
-                ConstGauge::new(*number).encode(metrics.encode_family(&labels)?)?;
-            }
-        }
-    }
-
     type Count = fn(&super::autoscaling::Tally) -> u64;
     let counts: [(&str, &str, Count); 3] = [
         (
@@ -455,37 +462,40 @@ fn encode_autoscalers(
         ),
     ];
     for (name, help, count) in counts {
-        let mut family = encoder.encode_descriptor(name, help, None, counter)?;
-        for (key, tally) in &tallies {
-            ConstCounter::new(count(tally)).encode(family.encode_family(&key_labels(key))?)?;
-        }
+        family(
+            encoder,
+            name,
+            help,
+            None,
+            tallies
+                .iter()
+                .map(|(key, tally)| (key_labels(key), ConstCounter::new(count(tally)))),
+        )?;
     }
-
-    let mut pinned = encoder.encode_descriptor(
+    family(
+        encoder,
         "autoscaler_pinned",
         "Time the autoscaler wanted maxReplicas (state=max) or minReplicas (state=min)",
         Some(&Unit::Seconds),
-        counter,
+        tallies.iter().flat_map(|(key, tally)| {
+            let (at_max, at_min) = tally.pinned(now);
+            [("max", at_max), ("min", at_min)].map(|(state, time)| {
+                (
+                    with_state(key, state),
+                    ConstCounter::new(time.as_secs_f64()),
+                )
+            })
+        }),
     )?;
-    for (key, tally) in &tallies {
-        let (at_max, at_min) = tally.pinned(now);
-        for (state, time) in [("max", at_max), ("min", at_min)] {
-            ConstCounter::new(time.as_secs_f64())
-                .encode(pinned.encode_family(&with_state(key, state))?)?;
-        }
-    }
-
-    let mut ready = encoder.encode_descriptor(
+    family(
+        encoder,
         "autoscaler_last_scale_up_ready",
         "How long the last scale-up took until as many pods were ready as it asked for",
         Some(&Unit::Seconds),
-        gauge,
+        tallies.iter().filter_map(|(key, tally)| {
+            let took = tally.last_scale_up_ready?;
+            Some((key_labels(key), ConstGauge::new(took.as_secs_f64())))
+        }),
     )?;
-    for (key, tally) in &tallies {
-        let Some(took) = tally.last_scale_up_ready else {
-            continue;
-        };
-        ConstGauge::new(took.as_secs_f64()).encode(ready.encode_family(&key_labels(key))?)?;
-    }
     Ok(())
 }

@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::autoscaling::v2::{
-    HorizontalPodAutoscaler, MetricSpec, MetricStatus, MetricTarget, MetricValueStatus,
-};
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec, MetricStatus};
 use kube::Client;
 use kube::api::Api;
 
@@ -132,58 +130,50 @@ fn label_safe(name: &str) -> String {
         .collect()
 }
 
-/// A metric's name and target: utilization in percent, else the value as a number.
-fn metric_target(metric: &MetricSpec) -> Option<(String, Option<f64>)> {
-    let of = |target: &MetricTarget| {
-        target
+/// A number from an autoscaler's target or current value: utilization in percent where it
+/// has one, else the average or total value. The same fields on `MetricTarget` and
+/// `MetricValueStatus`.
+macro_rules! number {
+    ($value:expr) => {{
+        let value = $value;
+        value
             .average_utilization
             .map(f64::from)
-            .or_else(|| target.average_value.as_ref().and_then(|q| quantity(&q.0)))
-            .or_else(|| target.value.as_ref().and_then(|q| quantity(&q.0)))
-    };
-    if let Some(r) = &metric.resource {
-        return Some((r.name.clone(), of(&r.target)));
-    }
-    if let Some(c) = &metric.container_resource {
-        return Some((format!("{}/{}", c.container, c.name), of(&c.target)));
-    }
-    if let Some(p) = &metric.pods {
-        return Some((p.metric.name.clone(), of(&p.target)));
-    }
-    if let Some(o) = &metric.object {
-        return Some((o.metric.name.clone(), of(&o.target)));
-    }
-    metric
-        .external
-        .as_ref()
-        .map(|e| (e.metric.name.clone(), of(&e.target)))
+            .or_else(|| value.average_value.as_ref().and_then(|q| quantity(&q.0)))
+            .or_else(|| value.value.as_ref().and_then(|q| quantity(&q.0)))
+    }};
+}
+
+/// A metric's name and the number in its `$field` (`target` of a `MetricSpec`, `current`
+/// of a `MetricStatus`): the two types carry the same five sources.
+macro_rules! named_number {
+    ($metric:expr, $field:ident) => {{
+        let metric = $metric;
+        if let Some(r) = &metric.resource {
+            Some((r.name.clone(), number!(&r.$field)))
+        } else if let Some(c) = &metric.container_resource {
+            Some((format!("{}/{}", c.container, c.name), number!(&c.$field)))
+        } else if let Some(p) = &metric.pods {
+            Some((p.metric.name.clone(), number!(&p.$field)))
+        } else if let Some(o) = &metric.object {
+            Some((o.metric.name.clone(), number!(&o.$field)))
+        } else {
+            metric
+                .external
+                .as_ref()
+                .map(|e| (e.metric.name.clone(), number!(&e.$field)))
+        }
+    }};
+}
+
+/// A metric's name and target.
+fn metric_target(metric: &MetricSpec) -> Option<(String, Option<f64>)> {
+    named_number!(metric, target)
 }
 
 /// A metric's name and current value, as [`metric_target`] names and measures it.
 fn metric_current(metric: &MetricStatus) -> Option<(String, Option<f64>)> {
-    let of = |current: &MetricValueStatus| {
-        current
-            .average_utilization
-            .map(f64::from)
-            .or_else(|| current.average_value.as_ref().and_then(|q| quantity(&q.0)))
-            .or_else(|| current.value.as_ref().and_then(|q| quantity(&q.0)))
-    };
-    if let Some(r) = &metric.resource {
-        return Some((r.name.clone(), of(&r.current)));
-    }
-    if let Some(c) = &metric.container_resource {
-        return Some((format!("{}/{}", c.container, c.name), of(&c.current)));
-    }
-    if let Some(p) = &metric.pods {
-        return Some((p.metric.name.clone(), of(&p.current)));
-    }
-    if let Some(o) = &metric.object {
-        return Some((o.metric.name.clone(), of(&o.current)));
-    }
-    metric
-        .external
-        .as_ref()
-        .map(|e| (e.metric.name.clone(), of(&e.current)))
+    named_number!(metric, current)
 }
 
 /// A Kubernetes quantity (`250m`, `1.5`, `2Ki`, `3G`) as a number; `None` when unreadable.
