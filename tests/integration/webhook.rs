@@ -397,6 +397,7 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
     let client = env.client().await?;
     let seal = clair_operator::templating::seal::Seal::from_key(vec![1; 32]);
     let telemetry = clair_operator::metrics::Telemetry::new();
+    let health = telemetry.health.clone();
     let server = tokio::spawn(run(client.clone(), settings, seal, telemetry, async move {
         let mut stopped = stopped;
         let _ = stopped.wait_for(|s| *s).await;
@@ -450,12 +451,26 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         Ok(())
     }
     .await;
+    // While it serves, liveness and readiness hold; once its tasks end, liveness fails
+    // naming the webhook server (what the operator's /healthz answers).
+    let serving = (health.live(), health.ready());
     let _ = stop.send(true);
     let _ = server.await;
+    let ended = health.live();
     // A configuration pointing at a stopped server would refuse every labelled write.
     let _ = configurations.delete(name, &DeleteParams::default()).await;
     let mutating: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(client);
     let _ = mutating.delete(name, &DeleteParams::default()).await;
-    outcome
+    outcome?;
+    ensure!(
+        serving == (Ok(()), Ok(())),
+        "a serving webhook is not healthy: {serving:?}"
+    );
+    let dead = ended.err().unwrap_or_default();
+    ensure!(
+        dead.iter().any(|part| part == "webhook server"),
+        "a stopped webhook server left liveness passing: {dead:?}"
+    );
+    Ok(())
 }
