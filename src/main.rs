@@ -97,6 +97,13 @@ struct RunArgs {
     /// cert-manager writes them) instead of issuing one; changed files are reloaded.
     #[arg(long)]
     webhook_cert_dir: Option<PathBuf>,
+    /// How often each replica rereads the webhook's certificate (renewed, reissued,
+    /// remounted) and checks its configuration, in seconds. A rotated CA is published one
+    /// check before it is served, and the one before it stays trusted until every replica
+    /// serves the new one.
+    #[arg(long, env = "CLAIR_OPERATOR_WEBHOOK_RECHECK_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    webhook_recheck_seconds: u64,
     /// Run without the admission webhook (and without re-rendering templates).
     #[arg(long)]
     no_webhook: bool,
@@ -203,7 +210,7 @@ impl RunArgs {
             target,
             hosts,
             namespace: namespace.to_string(),
-            recheck: std::time::Duration::from_secs(60),
+            recheck: std::time::Duration::from_secs(self.webhook_recheck_seconds),
             mounted: self.webhook_cert_dir.clone(),
             images: self.images(),
             namespaces: self.namespaces()?,

@@ -4,9 +4,11 @@
 
 pub mod certs;
 pub mod register;
+pub mod replicas;
 pub mod resources;
 pub mod server;
 pub mod templating;
+pub mod trust;
 pub mod validate;
 
 /// The label that opts a ConfigMap or Secret in to config validation.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::ByteString;
@@ -17,11 +17,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use super::certs::{self, Bundle, Renewal};
+use super::replicas;
+use super::trust::Trusted;
 use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, server,
 };
@@ -155,39 +157,70 @@ fn secret_for(bundle: &Bundle, namespace: &str) -> Secret {
 }
 
 /// The certificate to serve: the Secret's while it is valid for long enough, else a renewed
-/// one (same CA when the CA is still good), written back to the Secret.
+/// one (same CA when the CA is still good), written back to the Secret. Replicas that find
+/// the Secret missing or expiring at the same moment race: the write is a create, or a patch
+/// on the version read, so one wins and the others serve the winner's.
 pub async fn ensure_certificate(client: &Client, settings: &Settings) -> Result<Bundle, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
-    let current = secrets
-        .get_opt(SECRET_NAME)
-        .await?
-        .as_ref()
-        .and_then(bundle_from);
-    let now = OffsetDateTime::now_utc();
-    let bundle = match &current {
-        Some(bundle) => match certs::renewal(bundle, now) {
-            Renewal::Keep => return Ok(bundle.clone()),
-            Renewal::Certificate => {
-                let authority = certs::Authority {
-                    cert: &bundle.ca_cert,
-                    key: &bundle.ca_key,
-                    not_after: bundle.ca_not_after,
-                };
-                certs::issue(&settings.hosts, Some(authority), now)?
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let found = secrets.get_opt(SECRET_NAME).await?;
+        let current = found.as_ref().and_then(bundle_from);
+        let now = OffsetDateTime::now_utc();
+        let bundle = match &current {
+            Some(bundle) => match certs::renewal(bundle, now) {
+                Renewal::Keep => return Ok(bundle.clone()),
+                Renewal::Certificate => {
+                    let authority = certs::Authority {
+                        cert: &bundle.ca_cert,
+                        key: &bundle.ca_key,
+                        not_after: bundle.ca_not_after,
+                    };
+                    certs::issue(&settings.hosts, Some(authority), now)?
+                }
+                Renewal::Everything => certs::issue(&settings.hosts, None, now)?,
+            },
+            None => certs::issue(&settings.hosts, None, now)?,
+        };
+        let mut secret = secret_for(&bundle, &settings.namespace);
+        let written = match &found {
+            None => secrets
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.to_string()),
+                        ..Default::default()
+                    },
+                    &secret,
+                )
+                .await
+                .map(drop),
+            Some(existing) => {
+                // The version read is a precondition: a replica that renewed first wins.
+                secret.metadata.resource_version = existing.metadata.resource_version.clone();
+                secrets
+                    .patch(
+                        SECRET_NAME,
+                        &PatchParams {
+                            field_manager: Some(FIELD_MANAGER.to_string()),
+                            ..Default::default()
+                        },
+                        &Patch::Merge(&secret),
+                    )
+                    .await
+                    .map(drop)
             }
-            Renewal::Everything => certs::issue(&settings.hosts, None, now)?,
-        },
-        None => certs::issue(&settings.hosts, None, now)?,
-    };
-    info!(namespace = %settings.namespace, "issued a webhook certificate");
-    secrets
-        .patch(
-            SECRET_NAME,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret_for(&bundle, &settings.namespace)),
-        )
-        .await?;
-    Ok(bundle)
+        };
+        match written {
+            Ok(()) => {
+                info!(namespace = %settings.namespace, "issued a webhook certificate");
+                return Ok(bundle);
+            }
+            // Another replica wrote first: serve what it wrote.
+            Err(kube::Error::Api(status)) if status.code == 409 && attempts < 3 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 fn client_config(settings: &Settings, ca_bundle: &str, path: &str) -> WebhookClientConfig {
@@ -352,43 +385,14 @@ async fn configuration_current(
     Ok(validating_current && mutating_current)
 }
 
-/// The CAs the apiserver is told to trust: the serving one, and for a while after it changed
-/// the one before, so a replica still serving a certificate of the old CA is trusted until
-/// it has reloaded (each replica rereads the certificate every recheck interval).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Trusted {
-    current: String,
-    previous: Option<(String, Instant)>,
-}
-
-impl Trusted {
-    fn new(ca_cert: &str) -> Self {
-        Self {
-            current: ca_cert.to_string(),
-            previous: None,
-        }
-    }
-
-    /// After the serving CA became `ca_cert`: the old one stays trusted until `until`.
-    fn rotated(&self, ca_cert: &str, until: Instant) -> Self {
-        if ca_cert == self.current {
-            return self.clone();
-        }
-        Self {
-            current: ca_cert.to_string(),
-            previous: Some((self.current.clone(), until)),
-        }
-    }
-
-    /// The `caBundle` at `now`: PEM certificates, one after the other.
-    fn bundle(&self, now: Instant) -> String {
-        match &self.previous {
-            Some((previous, until)) if now < *until => {
-                format!("{}\n{}\n", self.current.trim_end(), previous.trim_end())
-            }
-            _ => self.current.clone(),
-        }
-    }
+/// The `caBundle` published now (of the validating configuration's first webhook), if any.
+async fn published_bundle(client: &Client, settings: &Settings) -> Result<Option<String>, Error> {
+    let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&settings.name)
+        .await?;
+    Ok(configuration
+        .and_then(|c| c.webhooks?.into_iter().next()?.client_config.ca_bundle)
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
 }
 
 async fn ensure_configuration(
@@ -459,30 +463,26 @@ pub async fn run(
         }
         served
     });
-    // How long a replaced CA stays trusted: long enough for every replica to reread.
-    let overlap = settings.recheck * 5;
-    let mut trusted = Trusted::new(&serving.ca_cert);
-    let mut published = trusted.bundle(Instant::now());
+    // CAs published before this replica started (a rotation under way) stay trusted.
+    let mut trusted = Trusted::resumed(
+        &serving.ca_cert,
+        published_bundle(&client, &settings).await?.as_deref(),
+    );
+    let mut published = trusted.bundle();
     ensure_configuration(&client, &settings, &published).await?;
     server_ready.set();
     info!(listen = %settings.listen, "admission webhook serving");
+    // A new certificate whose CA is published but not yet served: served one interval
+    // later, once the apiserver has had time to see its CA.
+    let mut pending: Option<Bundle> = None;
     let mut shutdown = Box::pin(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(settings.recheck) => {}
         }
-        let now = Instant::now();
         match current_certificate(&client, &settings).await {
-            Ok(bundle) if bundle != serving => {
-                // The new CA goes to the apiserver (beside the old one) before the server
-                // presents a certificate signed by it.
-                let next = trusted.rotated(&bundle.ca_cert, now + overlap);
-                let wanted = next.bundle(now);
-                if let Err(e) = ensure_configuration(&client, &settings, &wanted).await {
-                    warn!(error = %e, "cannot update the webhook configuration");
-                    continue;
-                }
+            Ok(bundle) if bundle != serving && pending.as_ref() == Some(&bundle) => {
                 if let Err(e) = tls
                     .reload_from_pem(
                         bundle.cert.clone().into_bytes(),
@@ -494,17 +494,40 @@ pub async fn run(
                     continue;
                 }
                 info!("webhook certificate reloaded");
-                (serving, trusted, published) = (bundle, next, wanted);
+                (serving, pending) = (bundle, None);
             }
-            Ok(_) if trusted.bundle(now) != published => {
-                // Every replica has had time to reload: the old CA is trusted no more.
-                let wanted = trusted.bundle(now);
-                match ensure_configuration(&client, &settings, &wanted).await {
-                    Ok(()) => {
-                        info!("the webhook's previous CA is no longer trusted");
-                        published = wanted;
+            Ok(bundle) if bundle != serving => {
+                // The new CA goes to the apiserver, beside the ones replicas still serve,
+                // before any certificate signed by it is served.
+                let next = trusted.rotated(&bundle.ca_cert);
+                let wanted = next.bundle();
+                if let Err(e) = ensure_configuration(&client, &settings, &wanted).await {
+                    warn!(error = %e, "cannot update the webhook configuration");
+                    continue;
+                }
+                info!("a new webhook certificate: its CA is published, served at the next check");
+                (trusted, published, pending) = (next, wanted, Some(bundle));
+            }
+            Ok(_) if trusted.overlapping() => {
+                // Earlier CAs go once every replica serves the current one.
+                match replicas::all_serve(&client, &settings, trusted.current()).await {
+                    Ok(true) => {
+                        let next = trusted.settled();
+                        let wanted = next.bundle();
+                        match ensure_configuration(&client, &settings, &wanted).await {
+                            Ok(()) => {
+                                info!(
+                                    "every replica serves the current CA; earlier CAs are no longer trusted"
+                                );
+                                (trusted, published) = (next, wanted);
+                            }
+                            Err(e) => warn!(error = %e, "cannot update the webhook configuration"),
+                        }
                     }
-                    Err(e) => warn!(error = %e, "cannot update the webhook configuration"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(error = %e, "cannot ask the webhook's replicas which CA they serve")
+                    }
                 }
             }
             Ok(_) => {
@@ -527,25 +550,4 @@ pub async fn run(
     let _ = stop.send(true);
     let _ = server.await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_replaced_ca_is_trusted_beside_the_new_one_for_a_while() {
-        let start = Instant::now();
-        let trusted = Trusted::new("OLD\n");
-        assert_eq!(trusted.bundle(start), "OLD\n");
-        let until = start + Duration::from_secs(300);
-        let rotated = trusted.rotated("NEW\n", until);
-        assert_eq!(rotated.bundle(start), "NEW\nOLD\n");
-        assert_eq!(rotated.bundle(until), "NEW\n");
-        // A renewed certificate of the same CA changes nothing.
-        assert_eq!(
-            rotated.rotated("NEW\n", until + until.duration_since(start)),
-            rotated
-        );
-    }
 }

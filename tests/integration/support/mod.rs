@@ -238,7 +238,12 @@ impl TestEnv {
         // The operator's namespace, ServiceAccount, RBAC and Deployment as shipped; the
         // operator under test then acts as that ServiceAccount, so every test also checks
         // that the shipped RBAC grants what the operator uses.
-        let base = format!("{}/deploy/base", env!("CARGO_MANIFEST_DIR"));
+        // The real-node tier's overlay only shortens the webhook's recheck interval.
+        let base = if in_cluster {
+            format!("{}/tests/realnode/deploy", env!("CARGO_MANIFEST_DIR"))
+        } else {
+            format!("{}/deploy/base", env!("CARGO_MANIFEST_DIR"))
+        };
         let output = plane
             .kubectl()
             .args(["apply", "--server-side", "--force-conflicts", "-k", &base])
