@@ -11,8 +11,11 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use crate::api::ConfigSource;
+use crate::api::common::CaBundle;
 use crate::clairconfig::Document;
 
 /// Reads one referenced key. `Ok(Err(what))` names what is missing.
@@ -83,6 +86,61 @@ pub async fn read_source(
     Ok(Err(
         "the config reference names neither a ConfigMap nor a Secret".into(),
     ))
+}
+
+/// The CA certificates of a `caBundle`: every PEM certificate under any key of the
+/// ConfigMap or Secret. `Ok(Err(what))` says what is missing, never what a value holds.
+pub async fn read_ca_bundle(
+    client: &Client,
+    namespace: &str,
+    bundle: &CaBundle,
+) -> Result<Result<Vec<CertificateDer<'static>>, String>, kube::Error> {
+    let (name, values): (String, Option<Vec<Vec<u8>>>) = match (&bundle.config_map, &bundle.secret)
+    {
+        (Some(name), _) => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            let values = api.get_opt(name).await?.map(|object| {
+                let text = object
+                    .data
+                    .unwrap_or_default()
+                    .into_values()
+                    .map(String::into_bytes);
+                let binary = object
+                    .binary_data
+                    .unwrap_or_default()
+                    .into_values()
+                    .map(|b| b.0);
+                text.chain(binary).collect()
+            });
+            (format!("caBundle: ConfigMap {name}"), values)
+        }
+        (None, Some(name)) => {
+            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+            let values = api.get_opt(name).await?.map(|object| {
+                object
+                    .data
+                    .unwrap_or_default()
+                    .into_values()
+                    .map(|b| b.0)
+                    .collect()
+            });
+            (format!("caBundle: Secret {name}"), values)
+        }
+        (None, None) => return Ok(Err("caBundle names neither a ConfigMap nor a Secret".into())),
+    };
+    let Some(values) = values else {
+        return Ok(Err(format!("{name} does not exist")));
+    };
+    let certificates: Vec<CertificateDer<'static>> = values
+        .iter()
+        .flat_map(|value| CertificateDer::pem_slice_iter(value).filter_map(Result::ok))
+        .collect();
+    if certificates.is_empty() {
+        return Ok(Err(format!(
+            "{name} holds no PEM certificate (-----BEGIN CERTIFICATE-----) under any key"
+        )));
+    }
+    Ok(Ok(certificates))
 }
 
 /// The text under `key` of a ConfigMap (`data`, `binaryData`) or Secret (`data` base64,

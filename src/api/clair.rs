@@ -102,6 +102,14 @@ pub struct ClairSpec {
     /// The notifier service, which may be switched off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifier: Option<NotifierOverrides>,
+    /// Settings of every pod this Clair runs: the three services, the updater CronJob and
+    /// the upgrade Jobs (a mirror's pull secret, a private CA, a proxy, scheduling). A
+    /// service's own `pod` settings win field by field; labels, annotations, variables and
+    /// volumes merge, the service's winning. Resources and scratch apply to the services.
+    /// The `caBundle` is also what the operator trusts when it checks an external database
+    /// with `sslmode=verify-ca` or `verify-full`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOverrides>,
     /// How clients outside the cluster reach Clair's API. Unset: no routing object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingSpec>,
@@ -298,14 +306,25 @@ pub enum UpdaterMode {
     /// A CronJob runs them with `clairctl`, with its own resources and schedule; the
     /// matcher gets `disable_updaters: true`.
     CronJob,
+    /// For air-gapped clusters: a CronJob runs the updaters with `clairctl export-updaters`
+    /// into `updaters.export` (a file on a PersistentVolumeClaim), which a Clair in the
+    /// disconnected cluster imports (`updaters.import`). This Clair's matcher keeps running
+    /// its own updaters; `UpdatersReady` reports the export's runs.
+    Export,
 }
 
 /// The updaters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.mode) || self.mode != 'CronJob' || has(self.schedule)")
-    .message("updaters.schedule is required when updaters.mode is CronJob, for example \"0 */6 * * *\"")
+#[x_kube(validation = Rule::new("!has(self.mode) || !(self.mode in ['CronJob', 'Export']) || has(self.schedule)")
+    .message("updaters.schedule is required when updaters.mode is CronJob or Export, for example \"0 */6 * * *\"")
     .field_path(".schedule"))]
+#[x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'Export') == has(self.export)")
+    .message("updaters.export is set exactly when updaters.mode is Export: name the claim and file the export goes to")
+    .field_path(".export"))]
+#[x_kube(validation = Rule::new("!has(self.export) || !has(self.import)")
+    .message("updaters.export and updaters.import exclude each other: a Clair either exports vulnerability data or imports it")
+    .field_path(".import"))]
 pub struct UpdatersSpec {
     /// Who runs the updaters. Default `Matcher`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -321,6 +340,10 @@ pub struct UpdatersSpec {
     /// (`clairctl export-updaters`) instead of fetching it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import: Option<UpdaterImport>,
+    /// With `mode: Export`: the claim and file each run writes the export to (replaced
+    /// whole when the run succeeds, so a reader never sees half a file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<ClaimFile>,
     /// With `mode: CronJob`: vulnerability data older than this many seconds turns
     /// `UpdatersReady` False (`VulnerabilityDataStale`), the phase unchanged. Default: twice
     /// the time between two runs of the schedule.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscalerBehavior, MetricSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
-    TopologySpreadConstraint,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -131,8 +131,14 @@ pub struct ScratchVolume {
 }
 
 /// Settings of the service's pods, passed through to the Deployment's pod template.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.volumes) || self.volumes.all(v, !(v.name in ['config', 'scratch', 'tmp', 'import', 'export', 'ca-bundle']))")
+    .message("volumes: the names config, scratch, tmp, import, export and ca-bundle are the operator's own; pick another name")
+    .field_path(".volumes"))]
+#[x_kube(validation = Rule::new("!has(self.volumeMounts) || self.volumeMounts.all(m, !(m.mountPath in ['/config', '/var/tmp', '/tmp', '/import', '/export', '/var/run/certs']))")
+    .message("volumeMounts: /config, /var/tmp, /tmp, /import, /export and /var/run/certs are the operator's own mount paths; mount elsewhere (extra CAs go in caBundle)")
+    .field_path(".volumeMounts"))]
 pub struct PodOverrides {
     /// CPU and memory requests and limits of the Clair container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,6 +193,97 @@ pub struct PodOverrides {
     /// reads this resource: give it through `env` with `valueFrom.secretKeyRef` instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxySettings>,
+    /// Extra volumes of the pods (a mirror's credentials, a plugin's files), as a pod spec
+    /// writes them (`kubectl explain pod.spec.volumes`); mount them with `volumeMounts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "volumes_schema")]
+    pub volumes: Vec<Volume>,
+    /// Where the Clair container mounts `volumes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub volume_mounts: Vec<VolumeMount>,
+}
+
+/// Volumes as the core API defines them, their sources checked by the apiserver when the
+/// operator applies the pods: a copy of the whole Volume schema would add ~130 KB to the CRD
+/// for every place pod settings appear.
+fn volumes_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 16,
+        "items": {
+            "description": "A volume (core/v1 Volume): a name and one source, for example {name: mirror-auth, secret: {secretName: mirror-auth}}.",
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 63}
+            },
+            "x-kubernetes-preserve-unknown-fields": true
+        }
+    })
+}
+
+impl PodOverrides {
+    /// These settings over `defaults` (a `Clair`'s `spec.pod` under a service's own), field
+    /// by field: a field set here wins; labels, annotations and node selectors merge key by
+    /// key; variables, volumes and mounts merge by name (mounts by path), these winning.
+    pub fn over(self, defaults: &PodOverrides) -> PodOverrides {
+        fn maps(
+            mine: BTreeMap<String, String>,
+            defaults: &BTreeMap<String, String>,
+        ) -> BTreeMap<String, String> {
+            let mut merged = defaults.clone();
+            merged.extend(mine);
+            merged
+        }
+        fn by<T: Clone, K: PartialEq>(
+            mine: Vec<T>,
+            defaults: &[T],
+            key: impl Fn(&T) -> K,
+        ) -> Vec<T> {
+            let mut merged: Vec<T> = defaults
+                .iter()
+                .filter(|d| !mine.iter().any(|m| key(m) == key(d)))
+                .cloned()
+                .collect();
+            merged.extend(mine);
+            merged
+        }
+        fn list<T: Clone>(mine: Vec<T>, defaults: &[T]) -> Vec<T> {
+            if mine.is_empty() {
+                defaults.to_vec()
+            } else {
+                mine
+            }
+        }
+        PodOverrides {
+            resources: self.resources.or_else(|| defaults.resources.clone()),
+            scratch: self.scratch.or_else(|| defaults.scratch.clone()),
+            node_selector: maps(self.node_selector, &defaults.node_selector),
+            tolerations: list(self.tolerations, &defaults.tolerations),
+            affinity: self.affinity.or_else(|| defaults.affinity.clone()),
+            topology_spread_constraints: list(
+                self.topology_spread_constraints,
+                &defaults.topology_spread_constraints,
+            ),
+            env: by(self.env, &defaults.env, |e| e.name.clone()),
+            image_pull_secrets: list(self.image_pull_secrets, &defaults.image_pull_secrets),
+            service_account_name: self
+                .service_account_name
+                .or_else(|| defaults.service_account_name.clone()),
+            priority_class_name: self
+                .priority_class_name
+                .or_else(|| defaults.priority_class_name.clone()),
+            labels: maps(self.labels, &defaults.labels),
+            annotations: maps(self.annotations, &defaults.annotations),
+            ca_bundle: self.ca_bundle.or_else(|| defaults.ca_bundle.clone()),
+            proxy: self.proxy.or_else(|| defaults.proxy.clone()),
+            volumes: by(self.volumes, &defaults.volumes, |v| v.name.clone()),
+            volume_mounts: by(self.volume_mounts, &defaults.volume_mounts, |m| {
+                m.mount_path.clone()
+            }),
+        }
+    }
 }
 
 /// Proxy settings, as Go's `net/http` reads them from the environment.
@@ -301,4 +398,55 @@ pub struct ServiceStatus {
     /// `http://NAME.NAMESPACE.svc:6060`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_services_pod_settings_win_over_the_clairs_field_by_field() {
+        let env = |name: &str, value: &str| EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        let defaults = PodOverrides {
+            priority_class_name: Some("scanners".into()),
+            service_account_name: Some("clair".into()),
+            labels: [("team", "sec"), ("cost", "a")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            env: vec![env("GOMAXPROCS", "2"), env("TZ", "UTC")],
+            ..Default::default()
+        };
+        let mine = PodOverrides {
+            priority_class_name: Some("matchers".into()),
+            labels: [("team".to_string(), "matching".to_string())].into(),
+            env: vec![env("GOMAXPROCS", "4")],
+            ..Default::default()
+        };
+        let merged = mine.over(&defaults);
+        assert_eq!(merged.priority_class_name.as_deref(), Some("matchers"));
+        assert_eq!(merged.service_account_name.as_deref(), Some("clair"));
+        assert_eq!(merged.labels["team"], "matching");
+        assert_eq!(merged.labels["cost"], "a");
+        let vars: Vec<(String, String)> = merged
+            .env
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            vars,
+            [
+                ("TZ".into(), "UTC".into()),
+                ("GOMAXPROCS".into(), "4".into())
+            ]
+        );
+        // Nothing set anywhere: nothing set.
+        assert_eq!(
+            PodOverrides::default().over(&PodOverrides::default()),
+            PodOverrides::default()
+        );
+    }
 }

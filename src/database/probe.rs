@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
+use rustls::pki_types::CertificateDer;
 use tokio_postgres::error::SqlState;
 
 use super::connstring::{self, ConnSettings, TlsMode};
@@ -62,15 +63,17 @@ pub async fn probe(connstring: &str, options: ProbeOptions) -> Result<Probed, Fa
         kind: FailureKind::Misconfigured,
         message: e.to_string(),
     })?;
-    probe_settings(&settings, options).await
+    probe_settings(&settings, options, &[]).await
 }
 
-/// As [`probe`], for a connection string already parsed.
+/// As [`probe`], for a connection string already parsed, trusting `trusted` CAs beside the
+/// system's for `sslmode=verify-*`.
 pub async fn probe_settings(
     settings: &ConnSettings,
     options: ProbeOptions,
+    trusted: &[CertificateDer<'static>],
 ) -> Result<Probed, Failure> {
-    let attempt = || probe_once(settings, options.connect_timeout);
+    let attempt = || probe_once(settings, options.connect_timeout, trusted);
     attempt
         .retry(
             ExponentialBuilder::default()
@@ -82,7 +85,11 @@ pub async fn probe_settings(
         .await
 }
 
-async fn probe_once(settings: &ConnSettings, timeout: Duration) -> Result<Probed, Failure> {
+async fn probe_once(
+    settings: &ConnSettings,
+    timeout: Duration,
+    trusted: &[CertificateDer<'static>],
+) -> Result<Probed, Failure> {
     let misconfigured = |message: String| Failure {
         kind: FailureKind::Misconfigured,
         message,
@@ -105,7 +112,7 @@ async fn probe_once(settings: &ConnSettings, timeout: Duration) -> Result<Probed
     let classify = |e: tokio_postgres::Error| classify(&e, &password);
     // The whole exchange is bounded, not only the TCP connect.
     let exchange = async {
-        let client = match tls::client_config(mode).map_err(misconfigured)? {
+        let client = match tls::client_config(mode, trusted).map_err(misconfigured)? {
             None => {
                 let (client, connection) = config
                     .connect(tokio_postgres::NoTls)

@@ -1,6 +1,6 @@
 //! TLS for connection checks, as libpq's `sslmode` asks: `require` encrypts without
 //! checking the certificate, `verify-ca` checks the chain against the system roots,
-//! `verify-full` also the host name.
+//! `verify-full` also the host name; the system's CAs and those of a `caBundle` count.
 
 use std::sync::{Arc, OnceLock};
 
@@ -25,8 +25,12 @@ fn system_roots() -> Arc<RootCertStore> {
         .clone()
 }
 
-/// A rustls client config for `mode` (`None` for `disable`).
-pub fn client_config(mode: TlsMode) -> Result<Option<ClientConfig>, String> {
+/// A rustls client config for `mode` (`None` for `disable`), trusting the system's CAs and
+/// `extra` ones (a `caBundle`).
+pub fn client_config(
+    mode: TlsMode,
+    extra: &[CertificateDer<'static>],
+) -> Result<Option<ClientConfig>, String> {
     let provider = Arc::new(ring::default_provider());
     let algorithms = provider.signature_verification_algorithms;
     let builder = ClientConfig::builder_with_provider(provider.clone())
@@ -39,7 +43,19 @@ pub fn client_config(mode: TlsMode) -> Result<Option<ClientConfig>, String> {
             .with_custom_certificate_verifier(Arc::new(EncryptOnly { algorithms }))
             .with_no_client_auth(),
         TlsMode::VerifyCa | TlsMode::VerifyFull => {
-            let webpki = WebPkiServerVerifier::builder_with_provider(system_roots(), provider)
+            let roots = if extra.is_empty() {
+                system_roots()
+            } else {
+                let mut roots = (*system_roots()).clone();
+                let (_, unusable) = roots.add_parsable_certificates(extra.iter().cloned());
+                if unusable > 0 {
+                    return Err(format!(
+                        "{unusable} certificate(s) of the caBundle cannot be used as a CA"
+                    ));
+                }
+                Arc::new(roots)
+            };
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
                 .map_err(|e| format!("no usable system CA certificates: {e}"))?;
             builder

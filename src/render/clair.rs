@@ -19,8 +19,10 @@ use super::pod::{
     CLAIR_UID, PodUsers, restricted_container, restricted_pod, with_default_requests,
 };
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
+use super::settings;
 use crate::api::ServiceKind;
 use crate::api::clair::{ServiceOverrides, UpdaterMode, UpgradeStep};
+use crate::api::common::PodOverrides;
 use crate::api::keys;
 use crate::api::labels;
 use crate::api::service::ClairService;
@@ -39,6 +41,7 @@ pub const PSK_ISSUERS: [&str; 2] = ["quay", "clairctl"];
 /// Where the pods running `clairctl` (updater CronJob, upgrade Jobs) mount their config.
 const CLAIRCTL_CONFIG_DIR: &str = "/config";
 const IMPORT_DIR: &str = "/import";
+const EXPORT_DIR: &str = "/export";
 
 /// What the builders need to know about one `Clair`.
 pub struct ClairInput<'a> {
@@ -111,6 +114,20 @@ impl ClairInput<'_> {
 
     pub fn psk_secret_name(&self) -> String {
         format!("{}-psk", self.name)
+    }
+
+    /// The settings of every pod this Clair runs (`spec.pod`); a service's own win.
+    pub fn pod_settings(&self) -> &PodOverrides {
+        static NONE: std::sync::LazyLock<PodOverrides> = std::sync::LazyLock::new(Default::default);
+        self.spec.pod.as_ref().unwrap_or(&NONE)
+    }
+
+    /// The pod settings a service's pods get: its own over the Clair's.
+    pub fn service_pod_settings(&self, role: ServiceKind) -> PodOverrides {
+        self.overrides(role)
+            .and_then(|o| o.pod.clone())
+            .unwrap_or_default()
+            .over(self.pod_settings())
     }
 
     pub fn cronjob_name(&self) -> String {
@@ -251,7 +268,7 @@ pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceKind) 
         config: child_config(input),
         replicas: overrides.replicas.unwrap_or(1),
         autoscaling: overrides.autoscaling,
-        pod: overrides.pod.unwrap_or_default(),
+        pod: input.service_pod_settings(role),
     };
     let mut object = K::with_spec(&input.child_name(role), spec);
     *object.meta_mut() = input.metadata(input.child_name(role), role.as_str());
@@ -273,10 +290,20 @@ pub fn image_version(image: &str) -> Option<String> {
 }
 
 /// The shell command the updater CronJob runs: fetch and load (`export-updaters` piped into
-/// `import-updaters`), or load an export made elsewhere for air-gapped clusters.
+/// `import-updaters`), load an export made elsewhere for air-gapped clusters, or make one.
 pub fn updater_command(input: &ClairInput) -> String {
     let clairctl = format!("clairctl --config {CLAIRCTL_CONFIG_DIR}/{ROOT_KEY}");
-    let import = input.spec.updaters.as_ref().and_then(|u| u.import.as_ref());
+    let updaters = input.spec.updaters.as_ref();
+    if let Some(claim) = updaters.and_then(|u| u.export.as_ref()) {
+        // Written beside the target, then renamed over it: an importer never reads half.
+        let target = format!("{EXPORT_DIR}/{}", claim.path.trim_start_matches('/'));
+        let partial = shell_quote(&format!("{target}.partial"));
+        let target = shell_quote(&target);
+        return format!(
+            "mkdir -p \"$(dirname {target})\" && {clairctl} export-updaters --strict {partial} && mv -f {partial} {target}"
+        );
+    }
+    let import = updaters.and_then(|u| u.import.as_ref());
     match import {
         Some(import) => {
             let from = match (&import.url, &import.persistent_volume_claim) {
@@ -402,21 +429,58 @@ fn clairctl_pod(
         }]),
         ..restricted_container()
     };
-    PodSpec {
+    let mut pod = PodSpec {
         restart_policy: Some(restart_policy.to_string()),
         containers: vec![container],
         volumes: Some(volumes),
         ..restricted_pod(input.users, CLAIR_UID)
+    };
+    // The Clair's pod settings: its registry, CAs, proxy and scheduling reach clairctl too.
+    settings::apply(&mut pod, input.pod_settings(), &["TMPDIR"]);
+    pod
+}
+
+/// The pod template of a `clairctl` pod: `pod` with the Clair's pod labels and annotations
+/// under the operator's own.
+fn clairctl_template(input: &ClairInput, component: &str, pod: PodSpec) -> PodTemplateSpec {
+    let settings = input.pod_settings();
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(settings::labels(
+                settings,
+                labels::all(input.name, component),
+            )),
+            annotations: settings::annotations(settings, BTreeMap::new()),
+            ..Default::default()
+        }),
+        spec: Some(pod),
     }
 }
 
 /// The updater CronJob, when `spec.updaters.mode` is `CronJob`.
 pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
     let updaters = input.spec.updaters.as_ref()?;
-    if input.updater_mode() != UpdaterMode::CronJob {
+    if input.updater_mode() == UpdaterMode::Matcher {
         return None;
     }
     let mut extra = Vec::new();
+    if let Some(claim) = updaters.export.as_ref() {
+        extra.push((
+            Volume {
+                name: "export".to_string(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.claim_name.clone(),
+                    read_only: Some(false),
+                }),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "export".to_string(),
+                mount_path: EXPORT_DIR.to_string(),
+                ..Default::default()
+            },
+        ));
+    }
     if let Some(claim) = updaters
         .import
         .as_ref()
@@ -465,18 +529,12 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
             failed_jobs_history_limit: Some(3),
             job_template: JobTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels.clone()),
+                    labels: Some(labels),
                     ..Default::default()
                 }),
                 spec: Some(JobSpec {
                     backoff_limit: Some(2),
-                    template: PodTemplateSpec {
-                        metadata: Some(ObjectMeta {
-                            labels: Some(labels),
-                            ..Default::default()
-                        }),
-                        spec: Some(pod),
-                    },
+                    template: clairctl_template(input, "updaters", pod),
                     ..Default::default()
                 }),
             },
@@ -523,7 +581,6 @@ pub fn upgrade_job(input: &ClairInput, step: UpgradeStep, version: &str) -> Job 
     ]
     .map(String::from)
     .to_vec();
-    let labels = labels::all(input.name, "upgrade");
     Job {
         metadata: input.metadata(upgrade_job_name(input, step, version), "upgrade"),
         spec: Some(JobSpec {
@@ -535,20 +592,11 @@ pub fn upgrade_job(input: &ClairInput, step: UpgradeStep, version: &str) -> Job 
                     .upgrade_step_timeout_seconds
                     .unwrap_or(UPGRADE_STEP_TIMEOUT_SECONDS),
             ),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                spec: Some(clairctl_pod(
-                    input,
-                    "upgrade",
-                    command,
-                    None,
-                    Vec::new(),
-                    "Never",
-                )),
-            },
+            template: clairctl_template(
+                input,
+                "upgrade",
+                clairctl_pod(input, "upgrade", command, None, Vec::new(), "Never"),
+            ),
             ..Default::default()
         }),
         ..Default::default()
@@ -680,6 +728,49 @@ mod tests {
     }
 
     #[test]
+    fn export_mode_writes_the_export_whole_onto_the_claim() {
+        let mut spec = spec();
+        spec.updaters = Some(UpdatersSpec {
+            mode: Some(UpdaterMode::Export),
+            schedule: Some("@daily".into()),
+            export: Some(ClaimFile {
+                claim_name: "carry".into(),
+                path: "out/updates.json.zst".into(),
+            }),
+            ..Default::default()
+        });
+        let input = input(&spec);
+        assert_eq!(
+            updater_command(&input),
+            "mkdir -p \"$(dirname '/export/out/updates.json.zst')\" && clairctl --config /config/config.yaml export-updaters --strict '/export/out/updates.json.zst.partial' && mv -f '/export/out/updates.json.zst.partial' '/export/out/updates.json.zst'"
+        );
+        let pod = updater_cronjob(&input)
+            .unwrap()
+            .spec
+            .unwrap()
+            .job_template
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let claim = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "export")
+            .and_then(|v| v.persistent_volume_claim)
+            .unwrap();
+        assert_eq!(
+            (claim.claim_name.as_str(), claim.read_only),
+            ("carry", Some(false))
+        );
+        // The matcher keeps its own updaters.
+        let config = root_config(&input, &connections(), "a2V5");
+        assert!(config["matcher"].get("disable_updaters").is_none());
+    }
+
+    #[test]
     fn upgrade_jobs_run_clairctl_admin_with_the_new_image() {
         let mut spec = spec();
         spec.image = Some("quay.io/projectquay/clair:4.9.0".into());
@@ -716,6 +807,103 @@ mod tests {
             ..input
         };
         assert!(upgrade_job_name(&long, UpgradeStep::Post, "v4.9.0").len() <= 63);
+    }
+
+    #[test]
+    fn the_clairs_pod_settings_reach_every_pod_and_a_services_own_win() {
+        use crate::api::common::{CaBundle, PodOverrides, ProxySettings};
+        use k8s_openapi::api::core::v1::{LocalObjectReference, Volume, VolumeMount};
+        let mut spec = spec();
+        spec.updaters = Some(UpdatersSpec {
+            mode: Some(UpdaterMode::CronJob),
+            schedule: Some("@daily".into()),
+            ..Default::default()
+        });
+        spec.pod = Some(PodOverrides {
+            image_pull_secrets: vec![LocalObjectReference {
+                name: "mirror-pull".into(),
+            }],
+            priority_class_name: Some("scanners".into()),
+            labels: [("team".to_string(), "sec".to_string())].into(),
+            ca_bundle: Some(CaBundle {
+                config_map: Some("corporate-ca".into()),
+                secret: None,
+            }),
+            proxy: Some(ProxySettings {
+                https_proxy: Some("http://proxy.example:3128".into()),
+                ..Default::default()
+            }),
+            volumes: vec![Volume {
+                name: "mirror-auth".into(),
+                ..Default::default()
+            }],
+            volume_mounts: vec![VolumeMount {
+                name: "mirror-auth".into(),
+                mount_path: "/etc/mirror".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        spec.matcher = Some(ServiceOverrides {
+            pod: Some(PodOverrides {
+                priority_class_name: Some("matchers".into()),
+                labels: [("team".to_string(), "matching".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let input = input(&spec);
+        let cronjob = updater_cronjob(&input).unwrap();
+        let template = cronjob.spec.unwrap().job_template.spec.unwrap().template;
+        let job = upgrade_job(&input, UpgradeStep::Pre, "v4.9.0")
+            .spec
+            .unwrap()
+            .template;
+        for template in [template, job] {
+            let labels = template.metadata.unwrap().labels.unwrap();
+            assert_eq!(labels["team"], "sec");
+            assert!(
+                labels.contains_key(labels::COMPONENT),
+                "the operator's labels stay"
+            );
+            let pod = template.spec.unwrap();
+            assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "mirror-pull");
+            assert_eq!(pod.priority_class_name.as_deref(), Some("scanners"));
+            let volumes: Vec<String> = pod.volumes.unwrap().into_iter().map(|v| v.name).collect();
+            assert!(volumes.contains(&"ca-bundle".to_string()), "{volumes:?}");
+            assert!(volumes.contains(&"mirror-auth".to_string()), "{volumes:?}");
+            let container = &pod.containers[0];
+            let paths: Vec<&str> = container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| m.mount_path.as_str())
+                .collect();
+            assert!(paths.contains(&"/var/run/certs") && paths.contains(&"/etc/mirror"));
+            let env = container.env.clone().unwrap();
+            assert!(env.iter().any(|e| e.name == "HTTPS_PROXY"));
+            // clairctl's own variable stays.
+            assert!(env.iter().any(|e| e.name == "TMPDIR"));
+        }
+        // The services inherit; the matcher's own settings win, its labels merge over.
+        let indexer: Indexer = child(&input, ServiceKind::Indexer);
+        assert_eq!(
+            indexer.spec.service.pod.priority_class_name.as_deref(),
+            Some("scanners")
+        );
+        let matcher: crate::api::Matcher = child(&input, ServiceKind::Matcher);
+        let pod = &matcher.spec.service.pod;
+        assert_eq!(pod.priority_class_name.as_deref(), Some("matchers"));
+        assert_eq!(pod.labels["team"], "matching");
+        assert_eq!(pod.image_pull_secrets[0].name, "mirror-pull");
+        assert_eq!(pod.volume_mounts[0].mount_path, "/etc/mirror");
+        // Without spec.pod the pods are as before.
+        let plain = super::tests::spec();
+        let plain_input = ClairInput::example(&plain);
+        let plain_job = upgrade_job(&plain_input, UpgradeStep::Pre, "v4.9.0");
+        let plain_pod = plain_job.spec.unwrap().template.spec.unwrap();
+        assert!(plain_pod.image_pull_secrets.is_none() && plain_pod.priority_class_name.is_none());
+        assert_eq!(plain_pod.volumes.unwrap().len(), 2);
     }
 
     #[test]

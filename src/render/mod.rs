@@ -7,3 +7,4 @@ pub mod owned;
 pub mod pod;
 pub mod routing;
 pub mod service;
+pub mod settings;

@@ -26,6 +26,7 @@ use serde_json::json;
 use super::pod::{
     CLAIR_UID, PodUsers, restricted_container, restricted_pod, with_default_requests,
 };
+use super::settings;
 use crate::api::labels;
 use crate::api::{DEFAULT_IMAGE, ServiceKind, ServiceSpec};
 
@@ -175,7 +176,7 @@ fn scratch_volume(spec: &ServiceSpec) -> Volume {
 pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str) -> Deployment {
     let spec = input.spec;
     let pod = &spec.pod;
-    let mut env = vec![
+    let env = vec![
         EnvVar {
             name: "CLAIR_MODE".to_string(),
             value: Some(input.kind.to_string()),
@@ -187,14 +188,6 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             ..Default::default()
         },
     ];
-    env.extend(proxy_env(pod));
-    // The user's own variables last: where they name the same variable, theirs wins.
-    env.extend(
-        pod.env
-            .iter()
-            .filter(|e| e.name != "CLAIR_MODE" && e.name != "CLAIR_CONF")
-            .cloned(),
-    );
     let container = Container {
         name: "clair".to_string(),
         image: Some(image(spec)),
@@ -236,25 +229,29 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                     ..Default::default()
                 },
             ]
-            .into_iter()
-            .chain(ca_bundle_volume(pod).map(|_| VolumeMount {
-                name: CA_BUNDLE_VOLUME.to_string(),
-                mount_path: CA_BUNDLE_DIR.to_string(),
-                read_only: Some(true),
-                ..Default::default()
-            }))
-            .collect(),
+            .to_vec(),
         ),
         ..restricted_container()
     };
     let selector = labels::selector(input.name, input.kind.as_str());
-    // The user's labels and annotations first: the operator's own override them.
-    let mut template_labels = pod.labels.clone();
-    template_labels.extend(labels::all(input.name, input.kind.as_str()));
-    template_labels.extend(selector.clone());
-    let mut template_annotations = pod.annotations.clone();
-    template_annotations.insert(CONFIG_HASH.to_string(), config_hash.to_string());
-    let non_empty = |map: &BTreeMap<String, String>| (!map.is_empty()).then(|| map.clone());
+    let mut own_labels = labels::all(input.name, input.kind.as_str());
+    own_labels.extend(selector.clone());
+    let mut pod_spec = PodSpec {
+        containers: vec![container],
+        volumes: Some(vec![
+            Volume {
+                name: "config".to_string(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(snapshot_secret.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            scratch_volume(spec),
+        ]),
+        ..restricted_pod(input.users, CLAIR_UID)
+    };
+    settings::apply(&mut pod_spec, pod, &["CLAIR_MODE", "CLAIR_CONF"]);
     Deployment {
         metadata: metadata(input, input.name.to_string()),
         spec: Some(DeploymentSpec {
@@ -268,94 +265,19 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(template_labels),
-                    annotations: Some(template_annotations),
+                    labels: Some(settings::labels(pod, own_labels)),
+                    annotations: settings::annotations(
+                        pod,
+                        BTreeMap::from([(CONFIG_HASH.to_string(), config_hash.to_string())]),
+                    ),
                     ..Default::default()
                 }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    volumes: Some(
-                        [
-                            Volume {
-                                name: "config".to_string(),
-                                secret: Some(SecretVolumeSource {
-                                    secret_name: Some(snapshot_secret.to_string()),
-                                    ..Default::default()
-                                }),
-                                ..Default::default()
-                            },
-                            scratch_volume(spec),
-                        ]
-                        .into_iter()
-                        .chain(ca_bundle_volume(pod))
-                        .collect(),
-                    ),
-                    image_pull_secrets: non_empty_vec(&pod.image_pull_secrets),
-                    service_account_name: pod.service_account_name.clone(),
-                    priority_class_name: pod.priority_class_name.clone(),
-                    node_selector: non_empty(&pod.node_selector),
-                    tolerations: non_empty_vec(&pod.tolerations),
-                    affinity: pod.affinity.clone(),
-                    topology_spread_constraints: non_empty_vec(&pod.topology_spread_constraints),
-                    ..restricted_pod(input.users, CLAIR_UID)
-                }),
+                spec: Some(pod_spec),
             },
             ..Default::default()
         }),
         ..Default::default()
     }
-}
-
-/// Always reached directly: the cluster's own names, whatever the proxy settings say.
-const IN_CLUSTER: &str = "localhost,127.0.0.1,.svc,.svc.cluster.local,.cluster.local";
-
-/// `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` (with the cluster's names) from `pod.proxy`.
-fn proxy_env(pod: &crate::api::common::PodOverrides) -> Vec<EnvVar> {
-    let Some(proxy) = &pod.proxy else {
-        return Vec::new();
-    };
-    let var = |name: &str, value: &str| EnvVar {
-        name: name.to_string(),
-        value: Some(value.to_string()),
-        ..Default::default()
-    };
-    let mut env = Vec::new();
-    if let Some(url) = &proxy.http_proxy {
-        env.push(var("HTTP_PROXY", url));
-    }
-    if let Some(url) = &proxy.https_proxy {
-        env.push(var("HTTPS_PROXY", url));
-    }
-    let no_proxy = match proxy.no_proxy.as_deref().map(str::trim) {
-        Some(theirs) if !theirs.is_empty() => format!("{theirs},{IN_CLUSTER}"),
-        _ => IN_CLUSTER.to_string(),
-    };
-    env.push(var("NO_PROXY", &no_proxy));
-    env
-}
-
-/// The volume of extra CA certificates, and where Clair reads them: a folder of the
-/// `SSL_CERT_DIR` Clair's image sets.
-const CA_BUNDLE_VOLUME: &str = "ca-bundle";
-pub const CA_BUNDLE_DIR: &str = "/var/run/certs";
-
-/// The `caBundle` ConfigMap or Secret as a read-only volume, when one is given.
-fn ca_bundle_volume(pod: &crate::api::common::PodOverrides) -> Option<Volume> {
-    let bundle = pod.ca_bundle.as_ref()?;
-    Some(Volume {
-        name: CA_BUNDLE_VOLUME.to_string(),
-        config_map: bundle.config_map.as_ref().map(|name| {
-            k8s_openapi::api::core::v1::ConfigMapVolumeSource {
-                name: name.clone(),
-                ..Default::default()
-            }
-        }),
-        secret: bundle.secret.as_ref().map(|name| SecretVolumeSource {
-            secret_name: Some(name.clone()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
 }
 
 pub fn service(input: &ServiceInput) -> Service {
@@ -466,14 +388,11 @@ pub fn service_monitor(input: &ServiceInput) -> DynamicObject {
     object
 }
 
-fn non_empty_vec<T: Clone>(items: &[T]) -> Option<Vec<T>> {
-    (!items.is_empty()).then(|| items.to_vec())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::common::{Autoscaling, ConfigSource, ConfigSpec, KeyReference, ScratchVolume};
+    use crate::render::settings::CA_BUNDLE_DIR;
 
     fn spec() -> ServiceSpec {
         ServiceSpec {

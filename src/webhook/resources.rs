@@ -213,6 +213,33 @@ pub fn sources(object: &DynamicObject, kind: &str) -> Vec<ConfigSource> {
     .unwrap_or_default()
 }
 
+/// The Secrets a `Clair` names as CA bundles (`spec.pod` and each service's `pod`): the
+/// operator reads them to check its external databases.
+pub fn ca_bundle_secrets(object: &DynamicObject, kind: &str) -> Vec<String> {
+    if kind != "Clair" {
+        return Vec::new();
+    }
+    let Ok(clair) = serde_json::to_value(object).and_then(serde_json::from_value::<Clair>) else {
+        return Vec::new();
+    };
+    let spec = &clair.spec;
+    let services = [
+        spec.indexer.as_ref(),
+        spec.matcher.as_ref(),
+        spec.notifier.as_ref().map(|n| &n.service),
+    ];
+    let mut names: Vec<String> = services
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.pod.as_ref())
+        .chain(spec.pod.as_ref())
+        .filter_map(|pod| pod.ca_bundle.as_ref()?.secret.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Keys fetched ahead of the checks.
 pub struct Fetched(pub Vec<(ConfigSource, Result<String, String>)>);
 

@@ -114,27 +114,23 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         let namespace = request.namespace.clone().unwrap_or_default();
         let sources = resources::sources(object, kind);
         // The operator will read these with its own access: the writer must be able to.
-        for source in &sources {
-            let Some(secret) = &source.secret else {
-                continue;
-            };
+        let secrets = sources
+            .iter()
+            .filter_map(|s| s.secret.as_ref().map(|k| k.name.clone()))
+            .chain(resources::ca_bundle_secrets(object, kind));
+        for secret in secrets {
             let user = &request.user_info;
-            match crate::sources::may_get(&client, user, &namespace, "secrets", &secret.name).await
-            {
+            match crate::sources::may_get(&client, user, &namespace, "secrets", &secret).await {
                 Ok(true) => {}
                 Ok(false) => {
                     return response.deny(format!(
-                        "the {kind} names Secret {}, which user {} may not get in {namespace}: \
-                         the operator would read it on their behalf",
-                        secret.name,
+                        "the {kind} names Secret {secret}, which user {} may not get in \
+                         {namespace}: the operator would read it on their behalf",
                         user.username.as_deref().unwrap_or("(unknown)")
                     ));
                 }
                 Err(e) => {
-                    return response.deny(format!(
-                        "cannot check access to Secret {}: {e}",
-                        secret.name
-                    ));
+                    return response.deny(format!("cannot check access to Secret {secret}: {e}"));
                 }
             }
         }

@@ -23,7 +23,28 @@ pub struct Postgres {
     /// The address connection strings name: loopback, or the address pods reach.
     host: String,
     password: String,
+    /// The private CA that signed the server's certificate.
+    ca_pem: String,
     _dir: tempfile::TempDir,
+}
+
+/// A CA, and a serving certificate it signs for `hosts`: (CA PEM, certificate PEM, key PEM).
+fn private_ca_certificate(hosts: Vec<String>) -> Result<(String, String, String)> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "clair-testenv private CA");
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(hosts)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "clair-testenv PostgreSQL");
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((ca_cert.pem(), cert.pem(), key.serialize_pem()))
 }
 
 /// The newest `/usr/lib/postgresql/N/bin` holding `initdb` and `postgres`.
@@ -116,16 +137,15 @@ impl Postgres {
                 String::from_utf8_lossy(&output.stderr)
             )));
         }
-        // TLS on, with a self-signed certificate for loopback: clients choose with sslmode.
-        let certificate = rcgen::generate_simple_self_signed(vec![
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-        ])?;
+        // TLS on, with a certificate of a private CA (`ca_pem`) for loopback and the address
+        // pods reach: clients choose with sslmode, and trust it only when given the CA.
+        let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        hosts.extend(from.map(|(address, _)| address.to_string()));
+        let (ca_pem, cert_pem, key_pem) = private_ca_certificate(hosts)?;
         let cert_file = dir.path().join("server.crt");
         let key_file = dir.path().join("server.key");
-        std::fs::write(&cert_file, certificate.cert.pem()).map_err(io_error("write server.crt"))?;
-        std::fs::write(&key_file, certificate.signing_key.serialize_pem())
-            .map_err(io_error("write server.key"))?;
+        std::fs::write(&cert_file, cert_pem).map_err(io_error("write server.crt"))?;
+        std::fs::write(&key_file, key_pem).map_err(io_error("write server.key"))?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600))
@@ -176,6 +196,7 @@ impl Postgres {
             port,
             host: from.map_or("127.0.0.1", |(address, _)| address).to_string(),
             password,
+            ca_pem,
             _dir: dir,
         };
         postgres.wait_ready(Duration::from_secs(60))?;
@@ -252,6 +273,12 @@ impl Postgres {
     }
 
     /// The superuser's generated password.
+    /// The private CA (PEM) that signed the server's certificate: what a client needs to
+    /// connect with `sslmode=verify-full`.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
     pub fn superuser_password(&self) -> &str {
         &self.password
     }

@@ -232,6 +232,20 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
             expect: &["spec.config.root", "set exactly one of configMap or secret"],
         },
         Invalid {
+            case: "a volume named like the operator's own",
+            resource: indexer.clone(),
+            spec: service_spec(json!({"pod": {"volumes": [{"name": "config", "emptyDir": {}}]}})),
+            expect: &["spec.pod.volumes", "the operator's own; pick another name"],
+        },
+        Invalid {
+            case: "a mount over the operator's CA folder",
+            resource: indexer.clone(),
+            spec: service_spec(
+                json!({"pod": {"volumeMounts": [{"name": "x", "mountPath": "/var/run/certs"}]}}),
+            ),
+            expect: &["spec.pod.volumeMounts", "extra CAs go in caBundle"],
+        },
+        Invalid {
             case: "root config key Clair would refuse",
             resource: indexer.clone(),
             spec: service_spec(json!({"config": {"root": {"configMap": {"key": "config.yml"}}}})),

@@ -249,6 +249,21 @@ pub async fn a_resource_may_not_name_a_secret_its_writer_cannot_read(
     // The administrator, who may read it, may name it.
     let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(clair))?;
     ensure!(created.success, "{}", created.stderr);
+    // A caBundle Secret is read by the operator too (to check the databases): the same rule.
+    let bundled = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Clair\nmetadata:\n  name: bundled\nspec:\n  notifier:\n    enabled: false\n  database:\n    managed: {}\n  pod:\n    caBundle: {secret: corporate-ca}\n";
+    let refused = env.kubectl_run_as(
+        "alice",
+        &ns,
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(bundled),
+    )?;
+    ensure!(
+        !refused.success
+            && refused.stderr.contains("Secret corporate-ca")
+            && refused.stderr.contains("may not get"),
+        "alice named a caBundle Secret she may not read: {}",
+        refused.stderr
+    );
     Ok(())
 }
 

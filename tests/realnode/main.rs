@@ -10,6 +10,7 @@ mod support;
 
 mod fixtures;
 mod managed;
+mod private_ca;
 mod rotation;
 mod scan;
 mod upgrade;
@@ -64,6 +65,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scan::a_clair_on_a_real_node_finds_a_known_vulnerability,
         managed::a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart,
+        private_ca::a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle,
         rotation::a_rotated_ca_is_trusted_until_every_replica_serves_the_new_one,
         rotation::replicas_are_asked_which_ca_they_serve,
         upgrade::an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answers,

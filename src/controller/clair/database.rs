@@ -10,6 +10,7 @@ use strum::VariantArray;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::Api;
+use rustls::pki_types::CertificateDer;
 
 use crate::api::ConfigSource;
 use crate::api::ServiceKind;
@@ -145,10 +146,32 @@ pub async fn external(
         }
         strings.insert(role, text);
     }
-    let checks = parsed.iter().map(|(role, settings)| async move {
-        let start = std::time::Instant::now();
-        let result = probe::probe_settings(settings, options).await;
-        (*role, settings, result, start.elapsed())
+    // The CAs each service trusts (its pod settings over the Clair's) count for its check.
+    let mut trusted: BTreeMap<ServiceKind, Vec<CertificateDer<'static>>> = BTreeMap::new();
+    for role in parsed.keys().copied().collect::<Vec<_>>() {
+        let Some(bundle) = input.service_pod_settings(role).ca_bundle else {
+            continue;
+        };
+        match crate::sources::read_ca_bundle(&context.client, input.namespace, &bundle)
+            .await
+            .map_err(ObserveError::reading("the caBundle".to_string()))?
+        {
+            Ok(certificates) => {
+                trusted.insert(role, certificates);
+            }
+            Err(what) => {
+                parsed.remove(&role);
+                failures.push((Reason::DatabaseMisconfigured, format!("{role}: {what}")));
+            }
+        }
+    }
+    let checks = parsed.iter().map(|(role, settings)| {
+        let trusted = trusted.get(role).map(Vec::as_slice).unwrap_or_default();
+        async move {
+            let start = std::time::Instant::now();
+            let result = probe::probe_settings(settings, options, trusted).await;
+            (*role, settings, result, start.elapsed())
+        }
     });
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();

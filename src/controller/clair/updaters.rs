@@ -21,7 +21,7 @@ pub async fn observe(
     input: &ClairInput<'_>,
     now: &Time,
 ) -> Result<UpdatersObservation, ObserveError> {
-    if input.updater_mode() != UpdaterMode::CronJob {
+    if input.updater_mode() == UpdaterMode::Matcher {
         return Ok(UpdatersObservation::InMatcher);
     }
     let name = input.cronjob_name();
