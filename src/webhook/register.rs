@@ -30,6 +30,9 @@ use super::{
 use crate::api::keys::TEMPLATE_CONFIG;
 use crate::api::labels::FIELD_MANAGER;
 
+/// After this many checks finding a replica that still serves an earlier CA, say so.
+const LONG_OVERLAP: u32 = 10;
+
 /// Name of the Secret holding the webhook's CA and serving certificate.
 pub const SECRET_NAME: &str = "clair-operator-webhook-tls";
 
@@ -475,6 +478,8 @@ pub async fn run(
     // A new certificate whose CA is published but not yet served: served one interval
     // later, once the apiserver has had time to see its CA.
     let mut pending: Option<Bundle> = None;
+    // Checks of an overlap that found a replica still serving an earlier CA.
+    let mut waited = 0u32;
     let mut shutdown = Box::pin(shutdown);
     loop {
         tokio::select! {
@@ -519,12 +524,23 @@ pub async fn run(
                                 info!(
                                     "every replica serves the current CA; earlier CAs are no longer trusted"
                                 );
-                                (trusted, published) = (next, wanted);
+                                (trusted, published, waited) = (next, wanted, 0);
                             }
                             Err(e) => warn!(error = %e, "cannot update the webhook configuration"),
                         }
                     }
-                    Ok(false) => {}
+                    Ok(false) => {
+                        waited += 1;
+                        // Said once: earlier CAs stay trusted, which is safe but should end.
+                        if waited == LONG_OVERLAP {
+                            warn!(
+                                checks = waited,
+                                "a webhook replica still does not serve the current CA: earlier \
+                                 CAs stay in the caBundle until every ready replica does; check \
+                                 that the operator's pods reach each other on the webhook port"
+                            );
+                        }
+                    }
                     Err(e) => {
                         warn!(error = %e, "cannot ask the webhook's replicas which CA they serve")
                     }
