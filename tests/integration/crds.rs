@@ -312,6 +312,29 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
             spec: clair_spec(json!({"updaters": {"mode": "CronJob"}})),
             expect: &["spec.updaters.schedule", "updaters.schedule is required"],
         },
+        Invalid {
+            case: "an export without its claim",
+            resource: clair.clone(),
+            spec: clair_spec(json!({"updaters": {"mode": "Export", "schedule": "@daily"}})),
+            expect: &[
+                "spec.updaters.export",
+                "updaters.export is set exactly when",
+            ],
+        },
+        Invalid {
+            case: "an export that also imports",
+            resource: clair.clone(),
+            spec: clair_spec(json!({"updaters": {"mode": "Export", "schedule": "@daily",
+                "export": {"claimName": "carry", "path": "updates.json.zst"},
+                "import": {"url": "https://example.invalid/updates"}}})),
+            expect: &["spec.updaters.import", "exclude each other"],
+        },
+        Invalid {
+            case: "a Clair-wide volume named like the operator's own",
+            resource: clair.clone(),
+            spec: clair_spec(json!({"pod": {"volumes": [{"name": "export", "emptyDir": {}}]}})),
+            expect: &["spec.pod.volumes", "the operator's own"],
+        },
     ];
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {
