@@ -86,9 +86,11 @@ struct RunArgs {
     /// Where the admission webhook listens.
     #[arg(long, default_value = "0.0.0.0:8443")]
     webhook_listen: std::net::SocketAddr,
-    /// The Service the apiserver calls the webhook through, NAMESPACE/NAME.
-    #[arg(long, default_value = "clair-operator/clair-operator-webhook")]
-    webhook_service: String,
+    /// The Service the apiserver calls the webhook through, NAMESPACE/NAME. Default:
+    /// `clair-operator-webhook` in the pod's namespace (`POD_NAMESPACE`), else in
+    /// `clair-operator`.
+    #[arg(long)]
+    webhook_service: Option<String>,
     /// Call the webhook at this base URL instead (an operator outside the cluster),
     /// for example https://10.0.0.5:8443.
     #[arg(long)]
@@ -174,12 +176,23 @@ impl RunArgs {
         Ok(namespaces)
     }
 
+    /// `--webhook-service`, or `clair-operator-webhook` in the pod's namespace.
+    fn webhook_service(&self) -> String {
+        self.webhook_service.clone().unwrap_or_else(|| {
+            let namespace = std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or_else(|| "clair-operator".to_string());
+            format!("{namespace}/clair-operator-webhook")
+        })
+    }
+
     fn webhook(&self) -> Result<Option<webhook::register::Settings>, String> {
         if self.no_webhook {
             return Ok(None);
         }
-        let (namespace, name) = self
-            .webhook_service
+        let service = self.webhook_service();
+        let (namespace, name) = service
             .split_once('/')
             .ok_or("--webhook-service must be NAMESPACE/NAME")?;
         let (target, hosts) = match &self.webhook_url {
@@ -409,7 +422,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         };
         let election = (!args.no_leader_election).then(|| {
             let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| {
-                args.webhook_service
+                args.webhook_service()
                     .split_once('/')
                     .map_or("clair-operator", |(ns, _)| ns)
                     .to_string()

@@ -6,6 +6,7 @@ mod clair;
 mod clairconfig;
 mod crds;
 mod hardening;
+mod helm;
 mod metrics;
 mod rbac;
 mod services;
@@ -42,6 +43,8 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         hardening::images_outside_the_allow_list_are_refused,
         hardening::a_template_the_webhook_never_saw_is_not_rendered,
         hardening::a_managed_database_can_be_closed_to_all_but_its_clair,
+        helm::the_chart_renders_what_kustomize_does_and_the_apiserver_takes_it,
+        helm::the_charts_options_render_what_they_promise,
         metrics::metrics_match_the_cluster_and_pass_promtool,
         metrics::alerts_hold_to_promtool_and_the_runbooks,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,

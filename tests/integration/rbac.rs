@@ -1,4 +1,4 @@
-//! The operator's roles (`deploy/base/rbac.yaml`) grant what the code uses, and no
+//! The operator's roles (`deploy/base/roles.yaml`) grant what the code uses, and no
 //! more: checked once the whole suite has run, against every request the operator made (the
 //! test control plane's audit log records all of the operator's requests, reads included).
 
@@ -104,9 +104,9 @@ const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-/// `(group, resource, verb)` of every grant of the roles in `deploy/base/rbac.yaml`.
+/// `(group, resource, verb)` of every grant of the roles in `deploy/base/roles.yaml`.
 fn granted() -> anyhow::Result<BTreeSet<(String, String, String)>> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/rbac.yaml");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/roles.yaml");
     let text = std::fs::read_to_string(path)?;
     let mut grants = BTreeSet::new();
     for document in text.split("\n---\n") {
@@ -183,7 +183,7 @@ pub fn every_grant_is_used(env: &TestEnv) -> anyhow::Result<()> {
     ensure!(
         unused.is_empty(),
         "the ClusterRole grants what the operator never used in the suite: {}; drop them from \
-         deploy/base/rbac.yaml, or list them in tests/integration/rbac.rs NOT_EXERCISED with \
+         deploy/base/roles.yaml, or list them in tests/integration/rbac.rs NOT_EXERCISED with \
          why they are needed",
         unused.join(", ")
     );
