@@ -131,6 +131,12 @@ struct RunArgs {
     /// the webhook Service's.
     #[arg(long, env = "POD_NAMESPACE")]
     leader_election_namespace: Option<String>,
+    /// How often an Available Clair is looked at again with nothing changed, in seconds:
+    /// the pace at which its external databases are probed (a lost database is seen within
+    /// this, plus the probe's own 10 s). Not Available, it is every 20 s.
+    #[arg(long, env = "CLAIR_OPERATOR_AVAILABLE_RECHECK_SECONDS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(5..=3600))]
+    available_recheck_seconds: u64,
     /// How log lines are written: `text` for people, `json` for log pipelines.
     #[arg(
         long,
@@ -419,6 +425,7 @@ fn run(args: RunArgs) -> Result<(), String> {
             template_seal: seal,
             namespaces,
             telemetry,
+            available_recheck: std::time::Duration::from_secs(args.available_recheck_seconds),
         };
         let election = (!args.no_leader_election).then(|| {
             let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| {

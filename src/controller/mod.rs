@@ -356,6 +356,8 @@ pub struct Context {
     pub template_seal: Option<crate::templating::seal::Seal>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub health: Arc<crate::metrics::health::Health>,
+    /// How often an Available `Clair` is reconciled again without a change.
+    pub available_recheck: Duration,
 }
 
 impl Context {
@@ -376,6 +378,7 @@ impl Context {
             images: controllers.images.clone(),
             template_seal: controllers.template_seal.clone(),
             metrics: controllers.telemetry.metrics.clone(),
+            available_recheck: controllers.available_recheck,
             health: controllers.telemetry.health.clone(),
             client,
         })
@@ -396,6 +399,9 @@ pub struct Controllers {
     pub namespaces: Vec<String>,
     /// Where the controllers count, and report their caches' readiness.
     pub telemetry: crate::metrics::Telemetry,
+    /// How often an Available `Clair` is looked at again without a change (its external
+    /// databases probed): `--available-recheck-seconds`.
+    pub available_recheck: std::time::Duration,
 }
 
 /// Runs the controllers (`Clair`, the three service kinds, and template re-rendering when

@@ -22,6 +22,9 @@ pub enum FailureKind {
     DatabaseMissing,
     /// No server answered (DNS, refused, timeout, TLS).
     Unreachable,
+    /// The server answered but takes no connection now (too many clients, starting up or
+    /// shutting down): retried, and reported as unreachable if it lasts.
+    Busy,
     /// The server answered with another error.
     Rejected,
 }
@@ -81,9 +84,17 @@ pub async fn probe_settings(
                 .with_max_delay(Duration::from_secs(2))
                 .with_max_times(options.retries),
         )
-        .when(|failure: &Failure| failure.kind == FailureKind::Unreachable)
+        .when(|failure: &Failure| {
+            matches!(failure.kind, FailureKind::Unreachable | FailureKind::Busy)
+        })
         .await
 }
+
+/// Probes at once, across every resource: an operator starting (or a fleet rechecked at the
+/// same moment) would otherwise open a connection per service of every Clair together, and
+/// exhaust a shared server's `max_connections`, failing Clairs that are fine.
+const CONCURRENT_PROBES: usize = 8;
+static PROBES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_PROBES);
 
 async fn probe_once(
     settings: &ConnSettings,
@@ -107,6 +118,10 @@ async fn probe_once(
             tokio_postgres::config::SslMode::Require
         }
     });
+    let _permit = PROBES
+        .acquire()
+        .await
+        .expect("the probe semaphore is never closed");
     let target = settings.describe();
     let password = settings.get("password").unwrap_or_default().to_string();
     let classify = |e: tokio_postgres::Error| classify(&e, &password);
@@ -160,6 +175,11 @@ fn classify(error: &tokio_postgres::Error, password: &str) -> Failure {
             FailureKind::AuthFailed
         }
         Some(code) if *code == SqlState::INVALID_CATALOG_NAME => FailureKind::DatabaseMissing,
+        Some(code)
+            if *code == SqlState::TOO_MANY_CONNECTIONS || *code == SqlState::CANNOT_CONNECT_NOW =>
+        {
+            FailureKind::Busy
+        }
         Some(_) => FailureKind::Rejected,
         None => FailureKind::Unreachable,
     };

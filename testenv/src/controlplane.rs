@@ -230,7 +230,8 @@ impl ControlPlane {
                 format!("--tls-private-key-file={}", path("apiserver.key")),
                 format!("--client-ca-file={}", path("ca.crt")),
                 format!("--token-auth-file={}", path("tokens.csv")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                // Room for hundreds of Services (the restart test makes 300) and their pods.
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 format!("--service-account-key-file={}", path("sa.pub")),
                 format!("--service-account-signing-key-file={}", path("sa.key")),
@@ -306,7 +307,7 @@ impl ControlPlane {
                 format!("--kubeconfig={admin}"),
                 // Only the fake nodes: a real node beside them runs its own kubelet.
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
-                "--cidr=10.0.1.0/24".into(),
+                "--cidr=10.128.0.0/16".into(),
                 "--node-ip=127.0.0.1".into(),
                 format!("--server-address=127.0.0.1:{kwok_port}"),
             ],

@@ -39,7 +39,7 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
         "localhost".to_string(),
         "127.0.0.1".to_string(),
         crate::host::NODE_IP.to_string(),
-        "10.0.0.1".to_string(),
+        "10.96.0.1".to_string(),
         "kubernetes.default.svc".to_string(),
         "kubernetes.default.svc.cluster.local".to_string(),
     ])?;

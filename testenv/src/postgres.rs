@@ -25,7 +25,52 @@ pub struct Postgres {
     password: String,
     /// The private CA that signed the server's certificate.
     ca_pem: String,
+    /// How to start the server again after [`Postgres::stop`].
+    server: Server,
     _dir: tempfile::TempDir,
+}
+
+/// The server's command line, kept to start it again on the same data.
+struct Server {
+    bin: PathBuf,
+    data: PathBuf,
+    listen: String,
+    port: u16,
+    sockets: PathBuf,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    owner: Option<(u32, u32)>,
+    log_dir: PathBuf,
+}
+
+impl Server {
+    fn command(&self) -> Command {
+        let mut server = Command::new(self.bin.join("postgres"));
+        server
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-c", &format!("listen_addresses={}", self.listen)])
+            .args(["-c", &format!("port={}", self.port)])
+            .args([
+                "-c",
+                &format!("unix_socket_directories={}", self.sockets.display()),
+            ])
+            .args([
+                "-c",
+                "max_connections=50",
+                "-c",
+                "fsync=off",
+                "-c",
+                "ssl=on",
+            ])
+            .args(["-c", "log_connections=on"])
+            .arg("-c")
+            .arg(format!("ssl_cert_file={}", self.cert_file.display()))
+            .arg("-c")
+            .arg(format!("ssl_key_file={}", self.key_file.display()));
+        as_server_user(&mut server, self.owner);
+        server
+    }
 }
 
 /// A CA, and a serving certificate it signs for `hosts`: (CA PEM, certificate PEM, key PEM).
@@ -165,33 +210,21 @@ impl Postgres {
             std::fs::write(&hba, text).map_err(io_error("write pg_hba.conf"))?;
         }
         let [port] = free_ports()?;
-        let mut server = Command::new(bin.join("postgres"));
-        server
-            .arg("-D")
-            .arg(&data)
-            .args(["-c", &format!("listen_addresses={listen}")])
-            .args(["-c", &format!("port={port}")])
-            .args([
-                "-c",
-                &format!("unix_socket_directories={}", dir.path().display()),
-            ])
-            .args([
-                "-c",
-                "max_connections=50",
-                "-c",
-                "fsync=off",
-                "-c",
-                "ssl=on",
-            ])
-            .args(["-c", "log_connections=on"])
-            .arg("-c")
-            .arg(format!("ssl_cert_file={}", cert_file.display()))
-            .arg("-c")
-            .arg(format!("ssl_key_file={}", key_file.display()));
-        as_server_user(&mut server, owner);
-        let process = Process::spawn_command("postgres", server, log_dir)?;
+        let server = Server {
+            bin: bin.clone(),
+            data,
+            listen,
+            port,
+            sockets: dir.path().to_path_buf(),
+            cert_file,
+            key_file,
+            owner,
+            log_dir: log_dir.to_path_buf(),
+        };
+        let process = Process::spawn_command("postgres", server.command(), log_dir)?;
         let mut postgres = Self {
             process,
+            server,
             bin,
             port,
             host: from.map_or("127.0.0.1", |(address, _)| address).to_string(),
@@ -273,6 +306,19 @@ impl Postgres {
     }
 
     /// The superuser's generated password.
+    /// Stops the server (a database outage); [`Postgres::start_again`] brings it back with
+    /// its data, on the same port.
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+
+    /// Starts the server stopped by [`Postgres::stop`] again and waits until it answers.
+    pub fn start_again(&mut self) -> Result<()> {
+        self.process =
+            Process::spawn_command("postgres", self.server.command(), &self.server.log_dir)?;
+        self.wait_ready(Duration::from_secs(60))
+    }
+
     /// The private CA (PEM) that signed the server's certificate: what a client needs to
     /// connect with `sslmode=verify-full`.
     pub fn ca_pem(&self) -> &str {

@@ -5,8 +5,10 @@
 mod clair;
 mod clairconfig;
 mod crds;
+mod faults;
 mod hardening;
 mod helm;
+mod leaks;
 mod metrics;
 mod rbac;
 mod services;
@@ -25,7 +27,13 @@ fn main() -> ExitCode {
         8,
         TestEnv::start,
         registry(),
-        &[("rbac::every_grant_is_used", rbac::every_grant_is_used)],
+        &[
+            ("rbac::every_grant_is_used", rbac::every_grant_is_used),
+            (
+                "leaks::no_secret_value_appears_anywhere",
+                leaks::no_secret_value_appears_anywhere,
+            ),
+        ],
     )
 }
 
@@ -43,6 +51,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         hardening::images_outside_the_allow_list_are_refused,
         hardening::a_template_the_webhook_never_saw_is_not_rendered,
         hardening::a_managed_database_can_be_closed_to_all_but_its_clair,
+        faults::a_lost_database_degrades_and_recovers_without_a_rollout,
         helm::the_chart_renders_what_kustomize_does_and_the_apiserver_takes_it,
         helm::the_charts_options_render_what_they_promise,
         metrics::metrics_match_the_cluster_and_pass_promtool,

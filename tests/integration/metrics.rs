@@ -41,6 +41,16 @@ fn get(url: &str, accept: &str) -> anyhow::Result<(u16, String)> {
     Ok((status, response.body_mut().read_to_string()?))
 }
 
+/// The operator's metrics as Prometheus reads them (OpenMetrics text).
+pub fn metrics_text(env: &TestEnv) -> anyhow::Result<String> {
+    let (status, text) = get(
+        &format!("{}/metrics", env.operator_metrics_url()?),
+        OPENMETRICS,
+    )?;
+    anyhow::ensure!(status == 200, "GET /metrics: {status}");
+    Ok(text)
+}
+
 /// Scrapes OpenMetrics and parses it with the Prometheus project's parser: its samples.
 pub fn scrape(env: &TestEnv) -> anyhow::Result<Vec<Sample>> {
     Ok(scrape_families(env)?

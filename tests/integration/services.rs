@@ -387,7 +387,58 @@ pub async fn a_config_change_rolls_and_an_invalid_one_does_not(
 
     // Fixing the config brings it back.
     config_map(env, &ns, "clair-config", CONFIG).await?;
+    let fixed: Indexer = wait_for(env, &ns, "idx", Phase::Available, 1).await?;
+    let running_hash = fixed.status.and_then(|s| s.config_hash);
+    let pods_running = pod_names(env, &ns, "idx").await?;
+
+    // The referenced ConfigMap deleted under a running service: it says so, and keeps running
+    // on the config it has (the snapshot is its own).
+    Api::<ConfigMap>::namespaced(env.client().await?, &ns)
+        .delete("clair-config", &Default::default())
+        .await?;
+    eventually(LONG, "ConfigMissing on the running idx", || {
+        let api = api.clone();
+        async move {
+            let status = api.get("idx").await?.status.unwrap_or_default();
+            Ok(status.conditions.iter().any(|c| {
+                c.type_ == "ConfigValid"
+                    && c.status == "False"
+                    && c.reason == "ConfigMissing"
+                    && c.message.contains("ConfigMap clair-config does not exist")
+            }))
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let missing = api.get("idx").await?.status.context("status")?;
+    ensure!(
+        missing.phase == Some(Phase::Degraded),
+        "phase {:?}",
+        missing.phase
+    );
+    ensure!(
+        missing.config_hash == running_hash,
+        "the running config hash moved"
+    );
+    ensure!(
+        pod_names(env, &ns, "idx").await? == pods_running,
+        "pods changed when the ConfigMap went"
+    );
+    ensure!(
+        Api::<Secret>::namespaced(env.client().await?, &ns)
+            .list(&ListParams::default().labels(&selector("idx")))
+            .await?
+            .items
+            .len()
+            == 1,
+        "the running config's snapshot went with the ConfigMap"
+    );
+    config_map(env, &ns, "clair-config", CONFIG).await?;
     wait_for::<Indexer>(env, &ns, "idx", Phase::Available, 1).await?;
+    ensure!(
+        pod_names(env, &ns, "idx").await? == pods_running,
+        "the same config, restored, rolled the pods"
+    );
     Ok(())
 }
 

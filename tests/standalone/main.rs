@@ -8,6 +8,7 @@ mod support;
 
 mod leader;
 mod operator;
+mod restart;
 mod scope;
 mod watches;
 
@@ -30,7 +31,8 @@ fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
         watches::unrelated_secrets_cost_their_metadata_only,
-        // Last: it leaves 50 Clairs behind it while their namespace goes.
+        // These two leave their Clairs behind while their namespace goes: last.
         leader::a_killed_leader_hands_over_and_nothing_is_done_twice,
+        restart::a_killed_operator_restarted_finishes_and_duplicates_nothing,
     ]
 }

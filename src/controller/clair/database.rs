@@ -96,7 +96,7 @@ fn failure_reason(kind: FailureKind) -> Reason {
         FailureKind::Misconfigured => Reason::DatabaseMisconfigured,
         FailureKind::AuthFailed => Reason::DatabaseAuthFailed,
         FailureKind::DatabaseMissing => Reason::DatabaseMissing,
-        FailureKind::Unreachable => Reason::DatabaseUnreachable,
+        FailureKind::Unreachable | FailureKind::Busy => Reason::DatabaseUnreachable,
         FailureKind::Rejected => Reason::DatabaseRejected,
     }
 }

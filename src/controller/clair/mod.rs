@@ -193,7 +193,7 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
     let new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
     let requeue = match decision.phase {
         // The database is measured again at this pace while all is well.
-        Phase::Available => Duration::from_secs(300),
+        Phase::Available => context.available_recheck,
         _ => Duration::from_secs(20),
     };
     super::conclude(&context, &clair, status, new_status, &decision, requeue).await

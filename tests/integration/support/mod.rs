@@ -127,6 +127,8 @@ impl Operator {
                         template_seal: Some(seal),
                         namespaces: Vec::new(),
                         telemetry,
+                        // Quick, so the database-loss test sees a probe soon.
+                        available_recheck: Duration::from_secs(10),
                     };
                     controller::run(client, controllers, until_stopped(stopped)).await;
                     let _ = metrics_server.await;
