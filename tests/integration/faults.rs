@@ -8,12 +8,13 @@ use anyhow::{Context, ensure};
 use clair_operator::api::Phase;
 use clair_testenv::Postgres;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::support::TestEnv;
-use crate::support::clair::{apply_json, condition, create_clair, phase_is, wait_clair};
+use crate::support::clair::{
+    condition, create_clair, databases_secret, external_spec_without_notifier, phase_is, wait_clair,
+};
 
 pub const PASSWORD: &str = "lost-database-password";
 
@@ -59,20 +60,8 @@ pub async fn a_lost_database_degrades_and_recovers_without_a_rollout(
             json!(postgres.connstring(&role, PASSWORD, &role)),
         );
     }
-    apply_json::<Secret>(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"}, "stringData": strings}),
-    )
-    .await?;
-    let spec = json!({
-        "database": {"external": {
-            "indexer": {"name": "databases", "key": "indexer"},
-            "matcher": {"name": "databases", "key": "matcher"},
-        }},
-        "notifier": {"enabled": false},
-    });
-    create_clair(&client, &ns, "clair", spec).await?;
+    databases_secret(&client, &ns, strings).await?;
+    create_clair(&client, &ns, "clair", external_spec_without_notifier()).await?;
     wait_clair(
         &client,
         &ns,

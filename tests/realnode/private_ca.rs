@@ -7,14 +7,15 @@
 use anyhow::ensure;
 use clair_operator::api::Phase;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use serde_json::{Value, json};
 
 use crate::scan::{START, dump_on_error, restricted_namespace};
 use crate::support::TestEnv;
 use crate::support::clair::{
-    apply_json, condition, create_clair, patch_spec, phase_is, wait_clair, wait_clair_within,
+    apply_json, condition, create_clair, databases_secret, external_spec_without_notifier,
+    patch_spec, phase_is, wait_clair, wait_clair_within,
 };
 
 const PASSWORD: &str = "private-ca-password";
@@ -35,26 +36,14 @@ pub async fn a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle(
             .replace("sslmode=disable", "sslmode=verify-full");
         strings.insert(service.to_string(), Value::String(string));
     }
-    apply_json::<Secret>(
-        &client,
-        &ns,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"}, "stringData": strings}),
-    )
-    .await?;
+    databases_secret(&client, &ns, strings).await?;
     apply_json::<ConfigMap>(
         &client,
         &ns,
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "corporate-ca"}, "data": {"ca.crt": env.postgres.ca_pem()}}),
     )
     .await?;
-    let spec = json!({
-        "database": {"external": {
-            "indexer": {"name": "databases", "key": "indexer"},
-            "matcher": {"name": "databases", "key": "matcher"},
-        }},
-        "notifier": {"enabled": false},
-    });
-    create_clair(&client, &ns, "clair", spec).await?;
+    create_clair(&client, &ns, "clair", external_spec_without_notifier()).await?;
 
     // Without the CA: the certificate is not trusted, nothing is deployed.
     let refused = wait_clair(

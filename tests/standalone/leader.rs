@@ -7,15 +7,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, ensure};
-use clair_operator::api::{Clair, Indexer, Phase};
-use futures::{StreamExt, TryStreamExt};
+use clair_operator::api::Indexer;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use crate::operator::{OperatorProcess, TEST_GROUP};
-use crate::support::clair::{create_clair, external_databases, external_spec, notifier_dropin};
+use crate::support::clair::{
+    available_clairs, create_clairs, external_databases, external_spec, notifier_dropin,
+};
 use crate::support::{TestEnv, audited_since, eventually};
 
 const CLAIRS: usize = 50;
@@ -67,24 +68,8 @@ pub async fn a_killed_leader_hands_over_and_nothing_is_done_twice(
     // Give the second time to see the lease held and stand by.
     tokio::time::sleep(RETRY * 2).await;
 
-    futures::stream::iter(0..CLAIRS)
-        .map(|i| {
-            let (client, ns) = (client.clone(), ns.clone());
-            async move { create_clair(&client, &ns, &format!("clair-{i}"), external_spec()).await }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await?;
-    let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
-    let available = || async {
-        let list = clairs.list(&ListParams::default()).await?;
-        anyhow::Ok(
-            list.items
-                .iter()
-                .filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Available))
-                .count(),
-        )
-    };
+    create_clairs(&client, &ns, CLAIRS, external_spec()).await?;
+    let available = || async { anyhow::Ok(available_clairs(&client, &ns).await?.len()) };
     // Mid-convergence: some Available, not all.
     eventually(
         Duration::from_secs(300),

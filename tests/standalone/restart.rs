@@ -7,8 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use clair_operator::api::{Clair, Indexer, Matcher, Notifier, Phase};
-use futures::{StreamExt, TryStreamExt};
+use clair_operator::api::{Clair, Indexer, Matcher, Notifier};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
@@ -16,7 +15,9 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
 use crate::operator::OperatorProcess;
-use crate::support::clair::{create_clair, external_databases, external_spec, notifier_dropin};
+use crate::support::clair::{
+    available_clairs, create_clairs, external_databases, external_spec, notifier_dropin,
+};
 use crate::support::{TestEnv, eventually};
 
 /// 50, as the leader test: at 100 (300 Deployments) the kwok nodes of this harness go
@@ -58,25 +59,9 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
     let args = ["--no-webhook", "--no-leader-election"];
     let mut first = OperatorProcess::start(env, "operator-first", &args)?;
 
-    futures::stream::iter(0..CLAIRS)
-        .map(|i| {
-            let (client, ns) = (client.clone(), ns.clone());
-            async move { create_clair(&client, &ns, &format!("clair-{i}"), external_spec()).await }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await?;
+    create_clairs(&client, &ns, CLAIRS, external_spec()).await?;
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
-    let available = || async {
-        let list = clairs.list(&ListParams::default()).await?;
-        anyhow::Ok(
-            list.items
-                .into_iter()
-                .filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Available))
-                .map(|c| c.name_any())
-                .collect::<BTreeSet<String>>(),
-        )
-    };
+    let available = || available_clairs(&client, &ns);
     eventually(
         Duration::from_secs(300),
         "some Clairs Available",

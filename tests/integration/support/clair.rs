@@ -78,6 +78,66 @@ pub async fn notifier_dropin(client: &Client, ns: &str, target: &str) -> anyhow:
     .await
 }
 
+/// A Secret `databases` of connection strings (`service` → string), applied.
+pub async fn databases_secret(
+    client: &Client,
+    ns: &str,
+    strings: serde_json::Map<String, Value>,
+) -> anyhow::Result<()> {
+    apply_json::<Secret>(
+        client,
+        ns,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"}, "stringData": strings}),
+    )
+    .await
+}
+
+/// External databases for the indexer and matcher (Secret `databases`), no notifier.
+pub fn external_spec_without_notifier() -> Value {
+    json!({
+        "database": {"external": {
+            "indexer": {"name": "databases", "key": "indexer"},
+            "matcher": {"name": "databases", "key": "matcher"},
+        }},
+        "notifier": {"enabled": false},
+    })
+}
+
+/// `count` Clairs `clair-0`, `clair-1`, ... with `spec`, created eight at a time.
+pub async fn create_clairs(
+    client: &Client,
+    ns: &str,
+    count: usize,
+    spec: Value,
+) -> anyhow::Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let spec = spec.clone();
+            async move { create_clair(client, ns, &format!("clair-{i}"), spec).await }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// The names of the Clairs in `ns` that are Available.
+pub async fn available_clairs(
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let list = Api::<Clair>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Available))
+        .map(|c| c.name_any())
+        .collect())
+}
+
 pub fn external_spec() -> Value {
     json!({
         "database": {"external": {
