@@ -130,6 +130,14 @@ impl ClairInput<'_> {
             .over(self.pod_settings())
     }
 
+    /// The CA bundle a service's pods trust: its own, else the Clair's (what
+    /// [`Self::service_pod_settings`] would give, without merging the rest).
+    pub fn ca_bundle(&self, role: ServiceKind) -> Option<&crate::api::common::CaBundle> {
+        self.overrides(role)
+            .and_then(|o| o.pod.as_ref()?.ca_bundle.as_ref())
+            .or(self.pod_settings().ca_bundle.as_ref())
+    }
+
     pub fn cronjob_name(&self) -> String {
         format!("{}-updaters", self.name)
     }

@@ -162,7 +162,7 @@ fn ca_bundle_mount(settings: &PodOverrides) -> Option<VolumeMount> {
     })
 }
 
-pub fn non_empty_vec<T: Clone>(items: &[T]) -> Option<Vec<T>> {
+fn non_empty_vec<T: Clone>(items: &[T]) -> Option<Vec<T>> {
     (!items.is_empty()).then(|| items.to_vec())
 }
 

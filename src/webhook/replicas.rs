@@ -69,7 +69,7 @@ pub async fn all_serve(client: &Client, settings: &Settings, ca_pem: &str) -> Re
 }
 
 /// A client that trusts the certificates of `ca_pem` and nothing else.
-fn trusting(ca_pem: &str) -> Option<ClientConfig> {
+pub fn trusting(ca_pem: &str) -> Option<ClientConfig> {
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(certificate.ok()?).ok()?;

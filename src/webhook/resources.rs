@@ -66,79 +66,112 @@ fn service_checks(
     }
 }
 
-/// The verdict on a resource of `kind` in the operator's group.
-pub fn check(
-    object: &DynamicObject,
-    kind: &str,
-    lookup: &impl Lookup,
-    images: &ImagePolicy,
-) -> Verdict {
-    let value = match serde_json::to_value(object) {
-        Ok(value) => value,
-        Err(e) => {
-            return Verdict {
-                denied: Some(format!("cannot read the object: {e}")),
-                warnings: Vec::new(),
-            };
+/// One of the operator's resources, decoded once per admission.
+pub enum Resource {
+    Indexer(Indexer),
+    Matcher(Matcher),
+    Notifier(Notifier),
+    Clair(Box<Clair>),
+}
+
+impl Resource {
+    /// Decodes `object` as `kind`; `None` for a kind the checks do not cover, an error
+    /// naming what does not fit the schema.
+    pub fn decode(object: &DynamicObject, kind: &str) -> Result<Option<Self>, String> {
+        let value =
+            serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+        let decoded = match kind {
+            "Indexer" => serde_json::from_value(value).map(Self::Indexer),
+            "Matcher" => serde_json::from_value(value).map(Self::Matcher),
+            "Notifier" => serde_json::from_value(value).map(Self::Notifier),
+            "Clair" => serde_json::from_value(value).map(|c| Self::Clair(Box::new(c))),
+            _ => return Ok(None),
+        };
+        decoded
+            .map(Some)
+            .map_err(|e| format!("the {kind} does not match its schema: {e}"))
+    }
+
+    /// The service spec and its mode, for the three services.
+    fn service(&self) -> Option<(&ServiceSpec, crate::api::ServiceKind)> {
+        use crate::api::ServiceKind;
+        match self {
+            Self::Indexer(o) => Some((&o.spec.service, ServiceKind::Indexer)),
+            Self::Matcher(o) => Some((&o.spec.service, ServiceKind::Matcher)),
+            Self::Notifier(o) => Some((&o.spec.service, ServiceKind::Notifier)),
+            Self::Clair(_) => None,
         }
-    };
+    }
+
+    /// Every ConfigMap or Secret key the resource names, for fetching before [`check`].
+    pub fn sources(&self) -> Vec<ConfigSource> {
+        if let Some((spec, _)) = self.service() {
+            return std::iter::once(spec.config.root.clone())
+                .chain(spec.config.dropins.iter().cloned())
+                .collect();
+        }
+        let Self::Clair(clair) = self else {
+            return Vec::new();
+        };
+        let mut all = clair.spec.dropins.clone();
+        if let Some(external) = &clair.spec.database.external {
+            let secrets = [
+                Some(&external.indexer),
+                Some(&external.matcher),
+                external.notifier.as_ref(),
+            ];
+            all.extend(secrets.into_iter().flatten().map(|k| ConfigSource {
+                config_map: None,
+                secret: Some(k.clone()),
+            }));
+        }
+        all
+    }
+
+    /// The Secrets a `Clair` names as CA bundles (`spec.pod` and each service's `pod`): the
+    /// operator reads them to check its external databases.
+    pub fn ca_bundle_secrets(&self) -> Vec<String> {
+        let Self::Clair(clair) = self else {
+            return Vec::new();
+        };
+        let spec = &clair.spec;
+        let services = [
+            spec.indexer.as_ref(),
+            spec.matcher.as_ref(),
+            spec.notifier.as_ref().map(|n| &n.service),
+        ];
+        let mut names: Vec<String> = services
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.pod.as_ref())
+            .chain(spec.pod.as_ref())
+            .filter_map(|pod| pod.ca_bundle.as_ref()?.secret.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// The verdict on a decoded resource.
+pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) -> Verdict {
     let mut warnings = Vec::new();
-    let mut refused = None;
-    let parsed: Result<(), serde_json::Error> = (|| {
-        match kind {
-            "Indexer" | "Matcher" | "Notifier" => {
-                let spec: ServiceSpec = serde_json::from_value(value["spec"].clone())?;
-                refused = images.refusal(&images::service_images(&spec));
-            }
-            "Clair" => {
-                let clair = serde_json::from_value::<Clair>(value.clone())?;
-                refused = images.refusal(&images::clair_images(&clair.spec));
-            }
-            _ => {}
+    let refused = match resource.service() {
+        Some((spec, mode)) => {
+            service_checks(spec, mode, lookup, &mut warnings);
+            images.refusal(&images::service_images(spec))
         }
-        match kind {
-            "Indexer" => service_checks(
-                &serde_json::from_value::<Indexer>(value.clone())?
-                    .spec
-                    .service,
-                crate::api::ServiceKind::Indexer,
-                lookup,
-                &mut warnings,
-            ),
-            "Matcher" => service_checks(
-                &serde_json::from_value::<Matcher>(value.clone())?
-                    .spec
-                    .service,
-                crate::api::ServiceKind::Matcher,
-                lookup,
-                &mut warnings,
-            ),
-            "Notifier" => service_checks(
-                &serde_json::from_value::<Notifier>(value.clone())?
-                    .spec
-                    .service,
-                crate::api::ServiceKind::Notifier,
-                lookup,
-                &mut warnings,
-            ),
-            "Clair" => clair_checks(
-                &serde_json::from_value::<Clair>(value.clone())?,
-                lookup,
-                &mut warnings,
-            ),
-            _ => {}
-        }
-        Ok(())
-    })();
-    match parsed {
-        Ok(()) => Verdict {
-            denied: refused,
-            warnings,
+        None => match resource {
+            Resource::Clair(clair) => {
+                clair_checks(clair, lookup, &mut warnings);
+                images.refusal(&images::clair_images(&clair.spec))
+            }
+            _ => None,
         },
-        Err(e) => Verdict {
-            denied: Some(format!("the {kind} does not match its schema: {e}")),
-            warnings,
-        },
+    };
+    Verdict {
+        denied: refused,
+        warnings,
     }
 }
 
@@ -179,67 +212,6 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
     }
 }
 
-/// Every ConfigMap or Secret key a resource names, for fetching before [`check`].
-pub fn sources(object: &DynamicObject, kind: &str) -> Vec<ConfigSource> {
-    let Ok(value) = serde_json::to_value(object) else {
-        return Vec::new();
-    };
-    let service = |spec: &ServiceSpec| -> Vec<ConfigSource> {
-        std::iter::once(spec.config.root.clone())
-            .chain(spec.config.dropins.iter().cloned())
-            .collect()
-    };
-    match kind {
-        "Indexer" => serde_json::from_value::<Indexer>(value).map(|o| service(&o.spec.service)),
-        "Matcher" => serde_json::from_value::<Matcher>(value).map(|o| service(&o.spec.service)),
-        "Notifier" => serde_json::from_value::<Notifier>(value).map(|o| service(&o.spec.service)),
-        "Clair" => serde_json::from_value::<Clair>(value).map(|clair| {
-            let mut all = clair.spec.dropins.clone();
-            if let Some(external) = &clair.spec.database.external {
-                let secrets = [
-                    Some(&external.indexer),
-                    Some(&external.matcher),
-                    external.notifier.as_ref(),
-                ];
-                all.extend(secrets.into_iter().flatten().map(|k| ConfigSource {
-                    config_map: None,
-                    secret: Some(k.clone()),
-                }));
-            }
-            all
-        }),
-        _ => Ok(Vec::new()),
-    }
-    .unwrap_or_default()
-}
-
-/// The Secrets a `Clair` names as CA bundles (`spec.pod` and each service's `pod`): the
-/// operator reads them to check its external databases.
-pub fn ca_bundle_secrets(object: &DynamicObject, kind: &str) -> Vec<String> {
-    if kind != "Clair" {
-        return Vec::new();
-    }
-    let Ok(clair) = serde_json::to_value(object).and_then(serde_json::from_value::<Clair>) else {
-        return Vec::new();
-    };
-    let spec = &clair.spec;
-    let services = [
-        spec.indexer.as_ref(),
-        spec.matcher.as_ref(),
-        spec.notifier.as_ref().map(|n| &n.service),
-    ];
-    let mut names: Vec<String> = services
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.pod.as_ref())
-        .chain(spec.pod.as_ref())
-        .filter_map(|pod| pod.ca_bundle.as_ref()?.secret.clone())
-        .collect();
-    names.sort();
-    names.dedup();
-    names
-}
-
 /// Keys fetched ahead of the checks.
 pub struct Fetched(pub Vec<(ConfigSource, Result<String, String>)>);
 
@@ -269,6 +241,16 @@ mod tests {
                 .map(|(_, text)| text.clone())
                 .ok_or_else(|| format!("{} does not exist", key.name))
         }
+    }
+
+    fn check(
+        object: &DynamicObject,
+        kind: &str,
+        lookup: &impl Lookup,
+        images: &ImagePolicy,
+    ) -> Verdict {
+        let resource = Resource::decode(object, kind).unwrap().unwrap();
+        super::check(&resource, lookup, images)
     }
 
     fn indexer(extra: Value) -> DynamicObject {

@@ -112,12 +112,17 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         };
         let kind = request.kind.kind.as_str();
         let namespace = request.namespace.clone().unwrap_or_default();
-        let sources = resources::sources(object, kind);
+        let resource = match resources::Resource::decode(object, kind) {
+            Ok(Some(resource)) => resource,
+            Ok(None) => return response,
+            Err(refusal) => return response.deny(refusal),
+        };
+        let sources = resource.sources();
         // The operator will read these with its own access: the writer must be able to.
         let secrets = sources
             .iter()
             .filter_map(|s| s.secret.as_ref().map(|k| k.name.clone()))
-            .chain(resources::ca_bundle_secrets(object, kind));
+            .chain(resource.ca_bundle_secrets());
         for secret in secrets {
             let user = &request.user_info;
             match crate::sources::may_get(&client, user, &namespace, "secrets", &secret).await {
@@ -145,7 +150,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         }
         conclude(
             response,
-            resources::check(object, kind, &resources::Fetched(fetched), &images),
+            resources::check(&resource, &resources::Fetched(fetched), &images),
         )
     })
     .await

@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 
 use axum_server::tls_rustls::RustlsConfig;
 use clair_operator::api::keys;
@@ -221,16 +220,8 @@ fn certificates(bundle: &str) -> usize {
 
 /// Completes a TLS handshake with the replica at `ip`, trusting only the CAs of `bundle`.
 async fn serves(ip: &str, bundle: &str) -> anyhow::Result<()> {
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
-        roots.add(certificate?)?;
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = clair_operator::webhook::replicas::trusting(bundle)
+        .context("the bundle holds no certificate")?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let handshake = async {
         let tcp = tokio::net::TcpStream::connect(format!("{ip}:8443")).await?;

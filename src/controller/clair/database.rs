@@ -149,10 +149,10 @@ pub async fn external(
     // The CAs each service trusts (its pod settings over the Clair's) count for its check.
     let mut trusted: BTreeMap<ServiceKind, Vec<CertificateDer<'static>>> = BTreeMap::new();
     for role in parsed.keys().copied().collect::<Vec<_>>() {
-        let Some(bundle) = input.service_pod_settings(role).ca_bundle else {
+        let Some(bundle) = input.ca_bundle(role) else {
             continue;
         };
-        match crate::sources::read_ca_bundle(&context.client, input.namespace, &bundle)
+        match crate::sources::read_ca_bundle(&context.client, input.namespace, bundle)
             .await
             .map_err(ObserveError::reading("the caBundle".to_string()))?
         {
