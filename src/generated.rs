@@ -34,6 +34,12 @@ pub fn write(dir: &Path, files: &[GeneratedFile]) -> Result<(), Error> {
     })?;
     for file in files {
         let path = dir.join(&file.name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| Error::Write {
+                path: parent.to_owned(),
+                source,
+            })?;
+        }
         std::fs::write(&path, &file.text).map_err(|source| Error::Write { path, source })?;
     }
     Ok(())

@@ -35,6 +35,16 @@ enum Command {
         #[arg(long, conflicts_with = "out")]
         check: Option<PathBuf>,
     },
+    /// Print the OLM ClusterServiceVersion as YAML, or write the whole bundle (manifests/,
+    /// metadata/, bundle.Dockerfile) into a folder.
+    Olm {
+        /// Write the bundle into this folder instead of printing the CSV.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Exit 1 when the bundle in this folder differs from what the code generates.
+        #[arg(long, conflicts_with = "out")]
+        check: Option<PathBuf>,
+    },
     /// Check Clair config files offline, with the operator's validator (the rules of Clair
     /// 4.9's own). Drop-ins in FILE.d/ are merged as Clair merges them. Exits 1 when any
     /// file is invalid in any mode checked.
@@ -66,6 +76,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Crds { out, check } => crds(out, check),
         Command::Diagrams { out, check } => diagrams(out, check),
+        Command::Olm { out, check } => olm(out, check),
         Command::CheckConfig {
             files,
             mode,
@@ -106,6 +117,11 @@ struct RunArgs {
     #[arg(long, env = "CLAIR_OPERATOR_WEBHOOK_RECHECK_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     webhook_recheck_seconds: u64,
+    /// Serve the webhooks but leave their configurations to the installer: OLM creates them
+    /// from the bundle's `webhookdefinitions` and mounts the certificate (with
+    /// `--webhook-cert-dir`, which this needs; its `ca.crt` may then be absent).
+    #[arg(long, requires = "webhook_cert_dir")]
+    no_webhook_registration: bool,
     /// Run without the admission webhook (and without re-rendering templates).
     #[arg(long)]
     no_webhook: bool,
@@ -161,6 +177,10 @@ impl RunArgs {
     /// The namespaces in scope, each a valid namespace name.
     fn namespaces(&self) -> Result<Vec<String>, String> {
         let mut namespaces = Vec::new();
+        // An empty value is every namespace (OLM's `olm.targetNamespaces` in AllNamespaces).
+        if self.namespaces.iter().all(|n| n.trim().is_empty()) {
+            return Ok(namespaces);
+        }
         for name in self.namespaces.iter().map(|n| n.trim()) {
             let valid = !name.is_empty()
                 && name.len() <= 63
@@ -231,6 +251,7 @@ impl RunArgs {
             namespace: namespace.to_string(),
             recheck: std::time::Duration::from_secs(self.webhook_recheck_seconds),
             mounted: self.webhook_cert_dir.clone(),
+            register: !self.no_webhook_registration,
             images: self.images(),
             namespaces: self.namespaces()?,
         }))
@@ -335,6 +356,19 @@ fn crds(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
         .map(|f| f.text)
         .collect();
     print!("{}", docs.join("---\n"));
+    Ok(())
+}
+
+fn olm(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
+    use clair_operator::olm;
+    if let Some(dir) = check {
+        return olm::check(&dir).map_err(|e| e.to_string());
+    }
+    if let Some(dir) = out {
+        return olm::write(&dir).map_err(|e| e.to_string());
+    }
+    let files = olm::files().map_err(|e| e.to_string())?;
+    print!("{}", files[0].text);
     Ok(())
 }
 
@@ -507,4 +541,40 @@ async fn shutdown_signal() {
         }
     }
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(["clair-operator", "run"].iter().chain(args)).unwrap();
+        match cli.command {
+            Command::Run(args) => args,
+            _ => unreachable!(),
+        }
+    }
+
+    /// OLM's `olm.targetNamespaces` is empty for AllNamespaces: every namespace, not an error.
+    #[test]
+    fn an_empty_namespace_list_is_every_namespace() {
+        assert_eq!(
+            run_args(&["--namespaces="]).namespaces(),
+            Ok(Vec::<String>::new())
+        );
+        assert_eq!(
+            run_args(&["--namespaces=a,b"]).namespaces(),
+            Ok(vec!["a".to_string(), "b".to_string()])
+        );
+        assert!(run_args(&["--namespaces=a,,b"]).namespaces().is_err());
+    }
+
+    #[test]
+    fn leaving_registration_to_the_installer_needs_a_mounted_certificate() {
+        assert!(
+            Cli::try_parse_from(["clair-operator", "run", "--no-webhook-registration"]).is_err()
+        );
+        let args = run_args(&["--no-webhook-registration", "--webhook-cert-dir=/certs"]);
+        assert!(!args.webhook().unwrap().unwrap().register);
+    }
 }

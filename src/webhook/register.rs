@@ -66,6 +66,9 @@ pub struct Settings {
     /// the `caBundle`, as cert-manager writes them) instead of issuing one. Files that
     /// change are reloaded.
     pub mounted: Option<std::path::PathBuf>,
+    /// Whether this operator writes the webhook configurations (and their `caBundle`);
+    /// false when the installer does (OLM, from the bundle's `webhookdefinitions`).
+    pub register: bool,
     /// The images resources may run: the resource webhook refuses others.
     pub images: crate::images::ImagePolicy,
     /// The namespaces the operator serves (`--namespaces`); every namespace when empty.
@@ -81,6 +84,11 @@ pub enum Error {
     Certificate(#[from] rcgen::Error),
     #[error("cannot load the webhook certificate: {0}")]
     Tls(std::io::Error),
+    #[error(
+        "the mounted webhook certificate has no {0}, which the webhooks' caBundle needs: mount \
+         the CA as ca.crt, or let the installer register the webhooks (--no-webhook-registration)"
+    )]
+    NoMountedCa(String),
     #[error("cannot read the mounted webhook certificate {path}: {source}")]
     Mounted {
         path: String,
@@ -97,8 +105,15 @@ fn read_mounted(dir: &std::path::Path) -> Result<Bundle, Error> {
             source,
         })
     };
+    // OLM mounts tls.crt and tls.key only: it publishes its CA itself.
+    let ca_cert = match read("ca.crt") {
+        Err(Error::Mounted { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            String::new()
+        }
+        other => other?,
+    };
     Ok(Bundle {
-        ca_cert: read("ca.crt")?,
+        ca_cert,
         ca_key: String::new(),
         cert: read("tls.crt")?,
         key: read("tls.key")?,
@@ -421,6 +436,26 @@ async fn ensure_configuration(
     Ok(())
 }
 
+/// Serves `bundle` from now on; false (said in the log) when it cannot be loaded.
+async fn reload(tls: &RustlsConfig, bundle: &Bundle) -> bool {
+    let loaded = tls
+        .reload_from_pem(
+            bundle.cert.clone().into_bytes(),
+            bundle.key.clone().into_bytes(),
+        )
+        .await;
+    match loaded {
+        Ok(()) => {
+            info!("webhook certificate reloaded");
+            true
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot reload the webhook certificate");
+            false
+        }
+    }
+}
+
 /// Runs the webhooks until `shutdown` resolves: certificate, configurations, server, and a
 /// loop that reissues and reloads the certificate when the Secret is renewed or deleted.
 pub async fn run(
@@ -436,6 +471,9 @@ pub async fn run(
     let server_alive = telemetry.health.alive("webhook server");
     let server_ready = server_alive.readiness();
     let mut serving = current_certificate(&client, &settings).await?;
+    if settings.register && serving.ca_cert.is_empty() {
+        return Err(Error::NoMountedCa("ca.crt".to_string()));
+    }
     let tls = RustlsConfig::from_pem(
         serving.cert.clone().into_bytes(),
         serving.key.clone().into_bytes(),
@@ -466,6 +504,30 @@ pub async fn run(
         }
         served
     });
+    let mut shutdown = Box::pin(shutdown);
+    if !settings.register {
+        server_ready.set();
+        info!(listen = %settings.listen, "admission webhook serving; the installer keeps its configurations");
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(settings.recheck) => {}
+            }
+            // The installer publishes the CA of what it mounts: serve a new one at once.
+            match current_certificate(&client, &settings).await {
+                Ok(bundle) if bundle != serving => {
+                    if reload(&tls, &bundle).await {
+                        serving = bundle;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "cannot check the webhook certificate"),
+            }
+        }
+        let _ = stop.send(true);
+        let _ = server.await;
+        return Ok(());
+    }
     // CAs published before this replica started (a rotation under way) stay trusted.
     let mut trusted = Trusted::resumed(
         &serving.ca_cert,
@@ -480,7 +542,6 @@ pub async fn run(
     let mut pending: Option<Bundle> = None;
     // Checks of an overlap that found a replica still serving an earlier CA.
     let mut waited = 0u32;
-    let mut shutdown = Box::pin(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -488,17 +549,9 @@ pub async fn run(
         }
         match current_certificate(&client, &settings).await {
             Ok(bundle) if bundle != serving && pending.as_ref() == Some(&bundle) => {
-                if let Err(e) = tls
-                    .reload_from_pem(
-                        bundle.cert.clone().into_bytes(),
-                        bundle.key.clone().into_bytes(),
-                    )
-                    .await
-                {
-                    warn!(error = %e, "cannot reload the webhook certificate");
+                if !reload(&tls, &bundle).await {
                     continue;
                 }
-                info!("webhook certificate reloaded");
                 (serving, pending) = (bundle, None);
             }
             Ok(bundle) if bundle != serving => {

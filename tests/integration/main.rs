@@ -10,6 +10,7 @@ mod hardening;
 mod helm;
 mod leaks;
 mod metrics;
+mod olm;
 mod rbac;
 mod services;
 mod support;
@@ -54,6 +55,9 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         faults::a_lost_database_degrades_and_recovers_without_a_rollout,
         helm::the_chart_renders_what_kustomize_does_and_the_apiserver_takes_it,
         helm::the_charts_options_render_what_they_promise,
+        olm::the_bundle_passes_operator_frameworks_validators,
+        olm::the_bundles_deployment_and_roles_are_taken_by_the_apiserver,
+        olm::the_operator_serves_olms_certificate_and_leaves_the_configurations_to_olm,
         metrics::metrics_match_the_cluster_and_pass_promtool,
         metrics::alerts_hold_to_promtool_and_the_runbooks,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,

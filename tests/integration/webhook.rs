@@ -390,6 +390,7 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         namespace: "clair-operator".to_string(),
         recheck: Duration::from_secs(1),
         mounted: Some(dir.path().to_path_buf()),
+        register: true,
         images: crate::support::allowed_images(),
         namespaces: vec![own],
     };

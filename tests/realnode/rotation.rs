@@ -316,6 +316,7 @@ pub async fn replicas_are_asked_which_ca_they_serve(env: &TestEnv) -> anyhow::Re
         namespace: ns.clone(),
         recheck: Duration::from_secs(1),
         mounted: None,
+        register: true,
         images: ImagePolicy::new(Vec::<String>::new()),
         namespaces: Vec::new(),
     };

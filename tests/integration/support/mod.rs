@@ -171,6 +171,7 @@ fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
         // Quick, so a test that deletes the certificate sees it reissued soon.
         recheck: Duration::from_secs(1),
         mounted: None,
+        register: true,
         images: allowed_images(),
         namespaces: Vec::new(),
     })
