@@ -18,6 +18,8 @@ const LAYERS: &[&[&str]] = &[
     &["templating"],
     // The controllers and the admission webhooks.
     &["controller", "webhook"],
+    // The OLM bundle, made from the installs and the webhooks' own registration.
+    &["olm"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

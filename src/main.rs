@@ -420,6 +420,9 @@ fn run(args: RunArgs) -> Result<(), String> {
         let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
             .await
             .map_err(|e| format!("cannot listen on {} for metrics: {e}", args.metrics_listen))?;
+        if let Ok(address) = metrics_listener.local_addr() {
+            tracing::info!(listen = %address, "serving metrics and health");
+        }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;

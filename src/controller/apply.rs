@@ -34,6 +34,10 @@ pub enum Outcome {
     Changed,
     Unchanged,
     Deleted,
+    /// Someone else changed a field the operator owns; it was changed back.
+    Reverted,
+    /// The same, again, in a fight: changed back later ([`super::contest`]).
+    Deferred,
 }
 
 /// Applies the desired objects of one resource, in its namespace.
@@ -46,6 +50,10 @@ pub struct Applier<'a> {
     pub owner_uid: &'a str,
     /// Where each outcome is counted.
     pub metrics: &'a crate::metrics::Metrics,
+    /// Objects other writers keep changing: when to change them back.
+    pub contests: &'a super::contest::Contests,
+    /// The shortest wait of a deferred revert, for the reconcile's requeue.
+    pub wait: std::sync::Mutex<Option<std::time::Duration>>,
 }
 
 impl Applier<'_> {
@@ -114,10 +122,22 @@ impl Applier<'_> {
                     read.as_ref()
                 }
             };
+            let contest = super::contest::Key {
+                owner_uid: self.owner_uid.to_string(),
+                kind: kind.clone(),
+                name: name.clone(),
+            };
             let outcome = match (write, current) {
                 (Write::CreateOnce(_), Some(_)) => Outcome::Unchanged,
-                (Write::CreateOnce(_), None) => apply(&api, &kind, desired, None).await?,
-                _ => apply(&api, &kind, desired, current).await?,
+                (Write::CreateOnce(_), None) => apply(&api, &kind, desired, None, None).await?.0,
+                _ => {
+                    let fight = (self.contests, &contest);
+                    let (outcome, wait) = apply(&api, &kind, desired, current, Some(fight)).await?;
+                    if let (Some(wait), Ok(mut shortest)) = (wait, self.wait.lock()) {
+                        *shortest = Some(shortest.map_or(wait, |s| s.min(wait)));
+                    }
+                    outcome
+                }
             };
             self.record(&kind, name, outcome);
         }
@@ -240,16 +260,19 @@ where
 }
 
 /// Applies `desired` (of `kind`) unless `current` already holds it. A hand edit of a field the
-/// operator owns makes `current` differ, so it is reverted; fields others own are left alone.
+/// operator owns makes `current` differ, so it is reverted (later, in a fight: `contest`,
+/// and then the wait comes back); fields others own are left alone.
 async fn apply<T>(
     api: &Api<T>,
     kind: &str,
     desired: &T,
     current: Option<&T>,
-) -> Result<Outcome, ApplyError>
+    contest: Option<(&super::contest::Contests, &super::contest::Key)>,
+) -> Result<(Outcome, Option<std::time::Duration>), ApplyError>
 where
     T: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
+    use super::contest::Verdict;
     let name = desired.name_any();
     let serialize = |source| ApplyError::Serialize {
         kind: kind.to_string(),
@@ -259,11 +282,21 @@ where
     let mut value = serde_json::to_value(desired).map_err(serialize)?;
     let hash = crate::clairconfig::hash(&value);
     value["metadata"]["annotations"][APPLIED] = Value::String(hash.clone());
+    // What the operator applied last is unchanged, yet the object differs: another writer.
+    let mut drifted = false;
     if let Some(current) = current {
         let current_value = serde_json::to_value(current).map_err(serialize)?;
         let recorded = current.annotations().get(APPLIED);
-        if recorded == Some(&hash) && contains(&current_value, &value) {
-            return Ok(Outcome::Unchanged);
+        if recorded == Some(&hash) {
+            if contains(&current_value, &value) {
+                return Ok((Outcome::Unchanged, None));
+            }
+            drifted = true;
+            if let Some((contests, key)) = contest
+                && let Verdict::Wait(wait) = contests.drifted(key, std::time::Instant::now())
+            {
+                return Ok((Outcome::Deferred, Some(wait)));
+            }
         }
     }
     api.patch(
@@ -277,11 +310,18 @@ where
         name: name.clone(),
         source,
     })?;
-    Ok(if current.is_some() {
-        Outcome::Changed
-    } else {
-        Outcome::Created
-    })
+    let outcome = match current {
+        None => Outcome::Created,
+        Some(current) if drifted => {
+            if let Some((contests, key)) = contest {
+                let writer = super::contest::last_writer(current);
+                contests.reverted(key, &writer, std::time::Instant::now());
+            }
+            Outcome::Reverted
+        }
+        Some(_) => Outcome::Changed,
+    };
+    Ok((outcome, None))
 }
 
 /// Whether `actual` holds every field of `desired` with the same value (lists element by

@@ -10,6 +10,8 @@
 pub mod apply;
 pub mod capabilities;
 pub mod clair;
+pub mod contest;
+pub mod decoded;
 pub mod error;
 pub mod service;
 pub mod templates;
@@ -99,8 +101,38 @@ impl Owner {
             owner: &self.name,
             owner_uid: &self.uid,
             metrics: &context.metrics,
+            contests: &context.contests,
+            wait: Default::default(),
         }
     }
+}
+
+/// After the apply: the `Contested` condition while another writer fights over an owned
+/// object, and the requeue shortened to the next deferred revert (or to when the fight is
+/// forgotten, so the condition goes).
+fn contested(
+    context: &Context,
+    applier: &apply::Applier<'_>,
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    requeue: Duration,
+) -> Duration {
+    let at = std::time::Instant::now();
+    let fights = context.contests.of(applier.owner_uid, at);
+    if let Some(condition) = contest::condition(&fights, previous, now) {
+        conditions.push(condition);
+    }
+    let deferred = applier.wait.lock().ok().and_then(|w| *w);
+    [
+        Some(requeue),
+        deferred,
+        context.contests.settles_in(applier.owner_uid, at),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(requeue)
 }
 
 /// Whether the resource is being deleted: nothing is applied for it any more (its owned
@@ -358,6 +390,8 @@ pub struct Context {
     pub health: Arc<crate::metrics::health::Health>,
     /// How often an Available `Clair` is reconciled again without a change.
     pub available_recheck: Duration,
+    /// Owned objects another writer keeps changing.
+    pub contests: contest::Contests,
 }
 
 impl Context {
@@ -379,6 +413,7 @@ impl Context {
             template_seal: controllers.template_seal.clone(),
             metrics: controllers.telemetry.metrics.clone(),
             available_recheck: controllers.available_recheck,
+            contests: Default::default(),
             health: controllers.telemetry.health.clone(),
             client,
         })

@@ -21,6 +21,8 @@ pub enum ConditionType {
     RoutingReady,
     Upgrading,
     UpdatersReady,
+    /// Present only while another writer fights the operator over an owned object.
+    Contested,
 }
 
 impl ConditionType {
@@ -97,6 +99,10 @@ pub enum Reason {
     UpdaterFailed,
     VulnerabilityDataStale,
     UpdatersSucceeded,
+    // An Event only: a resource the operator cannot decode.
+    SpecUnreadable,
+    // Contested: another writer keeps changing a field the operator owns.
+    FieldContested,
 }
 
 impl Reason {
@@ -147,7 +153,9 @@ impl Reason {
             | Reason::WorkloadMissing
             | Reason::ServiceDegraded
             | Reason::ServiceNotReady
-            | Reason::UpgradeFailed => Phase::Degraded,
+            | Reason::UpgradeFailed
+            | Reason::SpecUnreadable
+            | Reason::FieldContested => Phase::Degraded,
         }
     }
 

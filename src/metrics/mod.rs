@@ -120,6 +120,9 @@ pub struct Metrics {
     pub database_probe_duration: HistogramFamily<ProbeLabels>,
     pub admissions: Family<AdmissionLabels, Counter>,
     pub admission_duration: HistogramFamily<WebhookLabels>,
+    /// The operator's own resources it cannot read (stored under an older schema, or a
+    /// free-form part that does not fit), by kind.
+    pub unreadable: Family<KindLabels, prometheus_client::metrics::gauge::Gauge>,
     /// 1 while this replica runs the controllers (it holds the leader's Lease).
     pub leader: prometheus_client::metrics::gauge::Gauge,
     /// The resources the controllers cache, sampled at scrape time.
@@ -199,6 +202,12 @@ impl Metrics {
             "webhook_admission_duration",
             "Time the webhook took to answer an admission review",
         );
+        let unreadable = Family::default();
+        registry.register(
+            "unreadable_resources",
+            "Resources of the operator's kinds it cannot decode, by kind: they are not reconciled until fixed (a Warning Event SpecUnreadable names the field)",
+            unreadable.clone(),
+        );
         let leader = prometheus_client::metrics::gauge::Gauge::default();
         registry.register(
             "leader",
@@ -218,6 +227,7 @@ impl Metrics {
             database_probe_duration,
             admissions,
             admission_duration,
+            unreadable,
             leader,
             resources,
         })
@@ -241,6 +251,9 @@ impl Metrics {
                     result: result.to_string(),
                 });
             }
+            let _ = self.unreadable.get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            });
             for reason in reasons {
                 let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
                     kind: kind.to_string(),

@@ -74,6 +74,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling,
         services::failing_pods_degrade_and_recovery_restores_available,
         services::drift_is_reverted_and_deletion_removes_everything,
+        services::a_second_writer_is_fought_with_a_growing_wait_and_loses,
         services::twenty_available_resources_make_no_writes_when_idle,
         services::a_service_monitor_appears_once_the_cluster_serves_them,
         webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,

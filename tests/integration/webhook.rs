@@ -65,6 +65,32 @@ pub async fn invalid_labelled_configs_are_refused_and_valid_ones_warn(
         secret.stderr
     );
 
+    // Invalid YAML, a missing required key, a PSK that is not base64: refused, named.
+    for (name, body, named) in [
+        (
+            "yaml",
+            "indexer:\n  connstring: [unclosed\n",
+            "unclosed bracket",
+        ),
+        (
+            "missing",
+            "indexer:\n  connstring: host=db\nauth:\n  psk:\n    iss: [quay]\n",
+            "auth.psk.key: required",
+        ),
+        (
+            "psk",
+            "indexer:\n  connstring: host=db\nauth:\n  psk:\n    key: \"not base64!\"\n    iss: [quay]\n",
+            "auth.psk.key: not standard padded base64",
+        ),
+    ] {
+        let refused = env.kubectl_run(&ns, &apply, Some(&labelled("ConfigMap", name, body)))?;
+        ensure!(
+            !refused.success && refused.stderr.contains(named),
+            "{name}: {}",
+            refused.stderr
+        );
+    }
+
     // Valid for the indexer, not for a matcher: accepted, with the matcher's problem as a
     // warning kubectl shows.
     let good = env.kubectl_run(

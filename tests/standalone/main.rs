@@ -10,6 +10,7 @@ mod leader;
 mod operator;
 mod restart;
 mod scope;
+mod unreadable;
 mod watches;
 
 use std::process::ExitCode;
@@ -31,6 +32,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
         watches::unrelated_secrets_cost_their_metadata_only,
+        unreadable::unreadable_objects_are_named_and_stop_nothing_else,
         // These two leave their Clairs behind while their namespace goes: last.
         leader::a_killed_leader_hands_over_and_nothing_is_done_twice,
         restart::a_killed_operator_restarted_finishes_and_duplicates_nothing,

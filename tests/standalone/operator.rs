@@ -65,6 +65,18 @@ impl OperatorProcess {
         Ok(self.process.check_running()?)
     }
 
+    /// Its metrics as Prometheus text, from the address its log names.
+    pub fn metrics(&self) -> anyhow::Result<String> {
+        let log = self.log();
+        let address = log
+            .lines()
+            .filter(|l| l.contains("serving metrics and health"))
+            .find_map(|l| l.split("listen=").nth(1)?.split_whitespace().next())
+            .context("the operator has not said where it serves metrics yet")?;
+        let mut response = ureq::get(&format!("http://{address}/metrics")).call()?;
+        Ok(response.body_mut().read_to_string()?)
+    }
+
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.process.log()).unwrap_or_default()

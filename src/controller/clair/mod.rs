@@ -20,7 +20,6 @@ use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tracing::debug;
 
@@ -40,8 +39,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let controller = Controller::new(scope.api::<Clair>(&client), watcher::Config::default());
-    let store = controller.store();
+    let (clairs, store) = super::decoded::watch::<Clair>(context.clone(), &scope);
+    let controller = Controller::for_stream(clairs, store.clone());
     let _alive = super::watched(
         &context,
         format!("Clair controller, {scope}"),
@@ -184,17 +183,27 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
 
     // Desired, then apply.
     let objects = desired::objects(&input, &observed, &actions);
-    let applied = apply_clair(&owner.applier(&context), objects).await;
+    let applier = owner.applier(&context);
+    let applied = apply_clair(&applier, objects).await;
     if !super::applied(applied, &super::describe(&clair))? {
         return Ok(Action::await_change());
     }
 
     // Status.
-    let new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
+    let mut new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
     let requeue = match decision.phase {
         // The database is measured again at this pace while all is well.
         Phase::Available => context.available_recheck,
         _ => Duration::from_secs(20),
     };
+    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let requeue = super::contested(
+        &context,
+        &applier,
+        &mut new_status.conditions,
+        previous,
+        &now,
+        requeue,
+    );
     super::conclude(&context, &clair, status, new_status, &decision, requeue).await
 }

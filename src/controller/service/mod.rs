@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -64,8 +63,8 @@ pub async fn run<K: ServiceResource>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let controller = Controller::new(scope.api::<K>(&client), watcher::Config::default());
-    let store = controller.store();
+    let (objects, store) = super::decoded::watch::<K>(context.clone(), &scope);
+    let controller = Controller::for_stream(objects, store.clone());
     let _alive = super::watched(
         &context,
         format!("{} controller, {scope}", K::KIND),
@@ -203,17 +202,27 @@ async fn reconcile_once<K: ServiceResource>(
     let running = observe::running_hash(observed.deployment.as_ref());
     let config_hash = desired::config_hash(&decision, &observed, running);
     let objects = desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
-    let applied = apply_service(&owner.applier(&context), objects).await;
+    let applier = owner.applier(&context);
+    let applied = apply_service(&applier, objects).await;
     if !super::applied(applied, &super::describe(object.as_ref()))? {
         return Ok(Action::await_change());
     }
 
     // Status.
-    let new_status = desired::status(&input, &snapshot, &decision, config_hash, since);
+    let mut new_status = desired::status(&input, &snapshot, &decision, config_hash, since);
     let requeue = match decision.phase {
         Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),
     };
+    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let requeue = super::contested(
+        &context,
+        &applier,
+        &mut new_status.conditions,
+        previous,
+        &now,
+        requeue,
+    );
     super::conclude(
         &context,
         object.as_ref(),

@@ -1,0 +1,340 @@
+//! The operator's own resources, watched raw and decoded one at a time. A typed watch
+//! decodes a whole list at once, so a single object the code cannot read (stored under an
+//! older schema, or a free-form part such as `pod.volumes` holding something that is not a
+//! volume) fails every list and every relist: no resource of that kind, in any namespace,
+//! would be reconciled again. Here such an object is left out of the controller's cache (so
+//! nothing reconciles it against a spec that is no longer its) and said once per generation: a Warning Event `SpecUnreadable` naming the field, a log line,
+//! and the `unreadable_resources` gauge. What the operator made for it stays as it is until
+//! the object can be read again; every other object is reconciled as usual.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector::store::Writer};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+use super::Context;
+use super::watch::Scope;
+
+/// An object that could not be decoded, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub generation: i64,
+    /// The field (`spec.pod.volumes[0].secret`) and what is wrong with it.
+    pub error: String,
+}
+
+/// `object` as `K`, or what stops it, naming the field.
+pub fn decode<K: Resource<DynamicType = ()> + DeserializeOwned>(
+    object: &DynamicObject,
+) -> Result<K, Unreadable> {
+    let value = serde_json::to_value(object).unwrap_or_default();
+    serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let path = e.path().to_string();
+        let error = refine(&K::kind(&()), &path, &value)
+            .unwrap_or_else(|| format!("{path}: {}", e.inner()));
+        Unreadable {
+            namespace: object.namespace().unwrap_or_default(),
+            name: object.name_any(),
+            uid: object.uid().unwrap_or_default(),
+            generation: object.metadata.generation.unwrap_or_default(),
+            error,
+        }
+    })
+}
+
+/// serde loses the path inside a flattened struct (a service's spec, a Clair's notifier):
+/// that part decoded as its own type names the field.
+fn refine(kind: &str, path: &str, value: &serde_json::Value) -> Option<String> {
+    use crate::api::ServiceSpec;
+    use crate::api::clair::ServiceOverrides;
+    fn locate<T: DeserializeOwned>(value: &serde_json::Value) -> Option<String> {
+        serde_path_to_error::deserialize::<_, T>(value.clone())
+            .err()
+            .map(|e| format!("{}: {}", e.path(), e.inner()))
+    }
+    let inner = match (kind, path) {
+        ("Indexer" | "Matcher" | "Notifier", "spec") => locate::<ServiceSpec>(&value["spec"]),
+        ("Clair", "spec.notifier") => locate::<ServiceOverrides>(&value["spec"]["notifier"]),
+        _ => None,
+    }?;
+    Some(format!("{path}.{inner}"))
+}
+
+/// The objects of kind `K` currently unreadable, and the generations already said, so an
+/// idle operator says nothing again (a relist sees the same generation).
+#[derive(Default)]
+struct Ledger {
+    unreadable: BTreeMap<(String, String), i64>,
+    said: BTreeSet<(String, i64)>,
+}
+
+/// The watch of kind `K` in `scope` for [`kube::runtime::Controller::for_stream`], and the
+/// cache it fills: readable objects only.
+pub fn watch<K>(
+    context: Arc<Context>,
+    scope: &Scope,
+) -> (
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    Store<K>,
+)
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = match scope {
+        Scope::Cluster => Api::all_with(context.client.clone(), &resource),
+        Scope::Namespace(namespace) => {
+            Api::namespaced_with(context.client.clone(), namespace, &resource)
+        }
+    };
+    let writer: Writer<K> = Writer::default();
+    let reader = writer.as_reader();
+    let cache = reader.clone();
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let events = watcher::watcher(api, watcher::Config::default()).filter_map(move |event| {
+        let decoded = match event {
+            Err(e) => Some(Err(e)),
+            Ok(event) => translate(event, &cache, |outcome| {
+                note::<K>(&context, &ledger, outcome)
+            })
+            .map(Ok),
+        };
+        std::future::ready(decoded)
+    });
+    (
+        reflector::reflector(writer, events).applied_objects(),
+        reader,
+    )
+}
+
+/// Decodes one watch event; an unreadable object drops out of it. A deleted object that no
+/// longer decodes is deleted from the cache by the last version that did.
+fn translate<K>(
+    event: Event<DynamicObject>,
+    cache: &Store<K>,
+    mut noted: impl FnMut(Outcome<'_>),
+) -> Option<Event<K>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone,
+{
+    let mut read = |object: &DynamicObject| match decode::<K>(object) {
+        Ok(decoded) => {
+            noted(Outcome::Read(object));
+            Some(decoded)
+        }
+        Err(unreadable) => {
+            noted(Outcome::Unreadable(unreadable));
+            None
+        }
+    };
+    match event {
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+        Event::InitApply(object) => read(&object).map(Event::InitApply),
+        // A cached object changed into something unreadable leaves the cache (by its last
+        // readable version), so nothing reconciles it against a spec that is no longer its.
+        Event::Apply(object) => match read(&object) {
+            Some(decoded) => Some(Event::Apply(decoded)),
+            None => cached(cache, &object).map(Event::Delete),
+        },
+        Event::Delete(object) => {
+            noted(Outcome::Deleted(&object));
+            decode::<K>(&object)
+                .ok()
+                .or_else(|| cached(cache, &object))
+                .map(Event::Delete)
+        }
+    }
+}
+
+fn cached<K: Resource<DynamicType = ()> + Clone>(
+    cache: &Store<K>,
+    object: &DynamicObject,
+) -> Option<K> {
+    let reference =
+        ObjectRef::<K>::new(&object.name_any()).within(&object.namespace().unwrap_or_default());
+    cache.get(&reference).map(|k| (*k).clone())
+}
+
+enum Outcome<'a> {
+    Read(&'a DynamicObject),
+    Unreadable(Unreadable),
+    Deleted(&'a DynamicObject),
+}
+
+fn key(object: &DynamicObject) -> (String, String) {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// Keeps the ledger and the gauge; says a new unreadable generation once.
+fn note<K: Resource<DynamicType = ()>>(
+    context: &Arc<Context>,
+    ledger: &Mutex<Ledger>,
+    outcome: Outcome<'_>,
+) {
+    let kind = K::kind(&()).to_string();
+    let Ok(mut ledger) = ledger.lock() else {
+        return;
+    };
+    let new = match outcome {
+        Outcome::Read(object) | Outcome::Deleted(object) => {
+            if let Some(generation) = ledger.unreadable.remove(&key(object)) {
+                let uid = object.uid().unwrap_or_default();
+                ledger.said.remove(&(uid, generation));
+            }
+            None
+        }
+        Outcome::Unreadable(unreadable) => {
+            let at = (unreadable.namespace.clone(), unreadable.name.clone());
+            ledger.unreadable.insert(at, unreadable.generation);
+            ledger
+                .said
+                .insert((unreadable.uid.clone(), unreadable.generation))
+                .then_some(unreadable)
+        }
+    };
+    context
+        .metrics
+        .unreadable
+        .get_or_create(&crate::metrics::KindLabels { kind: kind.clone() })
+        .set(ledger.unreadable.len() as i64);
+    drop(ledger);
+    if let Some(unreadable) = new {
+        warn!(
+            %kind,
+            namespace = %unreadable.namespace,
+            name = %unreadable.name,
+            generation = unreadable.generation,
+            error = %unreadable.error,
+            "cannot read a resource: it is not reconciled until fixed"
+        );
+        tokio::spawn(say(
+            context.clone(),
+            K::api_version(&()).to_string(),
+            kind,
+            unreadable,
+        ));
+    }
+}
+
+/// The Warning Event on the object.
+async fn say(context: Arc<Context>, api_version: String, kind: String, unreadable: Unreadable) {
+    use kube::runtime::events::{Event, EventType};
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(kind),
+        namespace: Some(unreadable.namespace.clone()),
+        name: Some(unreadable.name.clone()),
+        uid: Some(unreadable.uid.clone()),
+        ..Default::default()
+    };
+    let note = format!(
+        "generation {} cannot be read: {}. Fix the field (`kubectl edit`); until then nothing \
+         is done for this resource and what the operator made for it is left as it is",
+        unreadable.generation, unreadable.error
+    );
+    let event = Event {
+        type_: EventType::Warning,
+        reason: crate::machine::conditions::Reason::SpecUnreadable
+            .as_str()
+            .to_string(),
+        // Events longer than 1 KiB are refused; a decoding error is short, but bounded here.
+        note: Some(note.chars().take(1000).collect()),
+        action: "Decode".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = context.recorder.publish(&event, &reference).await {
+        warn!(name = %unreadable.name, error = %e, "cannot record the SpecUnreadable Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Indexer;
+    use serde_json::json;
+
+    fn object(spec: serde_json::Value, generation: i64) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "clair.projectquay.io/v1alpha1",
+            "kind": "Indexer",
+            "metadata": {"name": "i", "namespace": "n", "uid": "u", "generation": generation},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn good() -> serde_json::Value {
+        json!({"config": {"root": {"configMap": {"name": "c", "key": "k"}}}})
+    }
+
+    fn bad() -> serde_json::Value {
+        let mut spec = good();
+        spec["pod"] = json!({"volumes": [{"name": "v", "secret": "not-an-object"}]});
+        spec
+    }
+
+    #[test]
+    fn the_error_names_the_field() {
+        let error = decode::<Indexer>(&object(bad(), 3)).unwrap_err();
+        assert!(
+            error
+                .error
+                .starts_with("spec.pod.volumes[0].secret: invalid type"),
+            "{}",
+            error.error
+        );
+        assert_eq!(error.generation, 3);
+        assert!(decode::<Indexer>(&object(good(), 1)).is_ok());
+    }
+
+    #[test]
+    fn an_unreadable_object_leaves_the_cache_and_comes_back_once_readable() {
+        let (reader, mut writer) = reflector::store::<Indexer>();
+        let mut outcomes = Vec::new();
+        let mut run = |event, reader: &Store<Indexer>| {
+            let translated = translate(event, reader, |o| {
+                outcomes.push(matches!(o, Outcome::Unreadable(_)));
+            });
+            if let Some(event) = &translated {
+                writer.apply_watcher_event(event);
+            }
+            translated
+        };
+        assert!(matches!(
+            run(Event::Apply(object(good(), 1)), &reader),
+            Some(Event::Apply(_))
+        ));
+        // Changed into something unreadable: deleted from the cache by generation 1.
+        let Some(Event::Delete(gone)) = run(Event::Apply(object(bad(), 2)), &reader) else {
+            panic!("an unreadable object stayed in the cache");
+        };
+        assert_eq!(gone.metadata.generation, Some(1));
+        assert!(reader.is_empty());
+        // Not cached: a relist and its deletion pass nothing on.
+        assert!(run(Event::InitApply(object(bad(), 2)), &reader).is_none());
+        assert!(run(Event::Delete(object(bad(), 2)), &reader).is_none());
+        assert!(matches!(
+            run(Event::Apply(object(good(), 3)), &reader),
+            Some(Event::Apply(_))
+        ));
+        assert_eq!(outcomes, [false, true, true, false, false]);
+    }
+}
