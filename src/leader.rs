@@ -4,7 +4,8 @@
 //! algorithm is client-go's in a few lines. Every write carries the Lease's
 //! `resourceVersion`, so two candidates racing for it cannot both win: the apiserver refuses
 //! the second (409). The leader renews well within the lease's duration and gives up
-//! (the process exits) when it cannot, before another replica may take over.
+//! (its controllers stop, and it stands by like any other replica) when it cannot, before
+//! another replica may take over.
 
 use std::time::Duration;
 

@@ -479,24 +479,33 @@ fn run(args: RunArgs) -> Result<(), String> {
                 clair_operator::leader::Timing::default(),
             )
         });
+        let health = controllers.telemetry.health.clone();
         let controllers = async {
             let Some(election) = &election else {
                 leading.set(1);
                 return controller::run(client, controllers, until_stopped(stopped)).await;
             };
-            tokio::select! {
-                _ = election.acquire() => {}
-                _ = until_stopped(stopped.clone()) => return,
-            }
-            leading.set(1);
-            tokio::select! {
-                _ = controller::run(client, controllers, until_stopped(stopped)) => {
-                    election.release().await;
+            loop {
+                tokio::select! {
+                    _ = election.acquire() => {}
+                    _ = until_stopped(stopped.clone()) => return,
                 }
-                _ = election.hold() => {
-                    // Another replica may lead from now on: write nothing more.
-                    tracing::error!(identity = election.identity(), "lost the lease; exiting so that one replica leads");
-                    std::process::exit(1);
+                leading.set(1);
+                let run = controller::run(client.clone(), controllers.clone(), until_stopped(stopped.clone()));
+                tokio::select! {
+                    _ = run => {
+                        election.release().await;
+                        return;
+                    }
+                    _ = election.hold() => {
+                        // Another replica may lead from now on: the controllers stop (their
+                        // future is dropped), nothing more is written, and this replica
+                        // stands by like any other (an unreachable apiserver must not make
+                        // every replica exit).
+                        leading.set(0);
+                        health.forget(controller::HEALTH_GROUP);
+                        tracing::warn!(identity = election.identity(), "lost the lease: the controllers stopped; standing by");
+                    }
                 }
             }
         };

@@ -208,19 +208,25 @@ async fn measured<K: Resource<DynamicType = ()>>(
 }
 
 /// Registers a controller's cache with the metrics (sampled at each scrape) and with the
-/// health checks (ready once the cache has synced); the returned guard marks the controller
-/// dead when its task ends.
+/// health checks (ready once the cache has synced); dropping the returned guards (its task
+/// ended) marks the controller dead and stops the sampling.
 fn watched<K>(
     context: &Context,
     name: String,
     store: kube::runtime::reflector::Store<K>,
-) -> crate::metrics::health::Alive
+) -> (
+    crate::metrics::health::Alive,
+    crate::metrics::resources::Sampling,
+)
 where
     K: crate::metrics::resources::Sampled,
 {
-    context.metrics.resources.watch(store.clone());
-    synced(context, name, store)
+    let sampling = context.metrics.resources.watch(store.clone());
+    (synced(context, name, store), sampling)
 }
+
+/// The health group of the controllers: forgotten when a replica stops leading.
+pub const HEALTH_GROUP: &str = "controllers";
 
 /// Registers a controller with the health checks: ready once its cache has synced, dead
 /// once the returned guard drops (its task ended).
@@ -232,7 +238,7 @@ fn synced<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let alive = context.health.alive(name);
+    let alive = context.health.alive_in(HEALTH_GROUP, name);
     let ready = alive.readiness();
     tokio::spawn(async move {
         // Polled again every half second rather than awaited once: the store's readiness

@@ -15,6 +15,8 @@ pub struct Health {
 struct Part {
     alive: bool,
     ready: bool,
+    /// The parts started and stopped together (the controllers of a leader).
+    group: &'static str,
 }
 
 /// Held by a running task: dropping it (the task ended or panicked) marks the part dead.
@@ -83,6 +85,21 @@ impl Health {
         }
     }
 
+    /// As [`Health::alive`], for a part of `group`.
+    pub fn alive_in(self: &Arc<Self>, group: &'static str, name: impl Into<String>) -> Alive {
+        let alive = self.alive(name);
+        self.update(&alive.name, |p| p.group = group);
+        alive
+    }
+
+    /// Forgets the parts of `group`, stopped on purpose (a replica that stopped leading):
+    /// they no longer count as dead.
+    pub fn forget(&self, group: &'static str) {
+        if let Ok(mut parts) = self.parts.lock() {
+            parts.retain(|_, p| p.group != group);
+        }
+    }
+
     fn update(&self, name: &str, change: impl FnOnce(&mut Part)) {
         if let Ok(mut parts) = self.parts.lock() {
             change(parts.entry(name.to_string()).or_default());
@@ -125,6 +142,17 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forgotten_group_is_not_dead() {
+        let health = Health::new();
+        let webhook = health.alive("webhook");
+        webhook.ready();
+        drop(health.alive_in("controllers", "Clair controller"));
+        assert!(health.live().is_err(), "a dropped part is dead");
+        health.forget("controllers");
+        assert!(health.live().is_ok() && health.ready().is_ok());
+    }
 
     #[test]
     fn a_dropped_task_fails_liveness_and_an_unready_one_readiness() {

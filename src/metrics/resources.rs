@@ -3,7 +3,8 @@
 //! resource's series disappear with it. Only the current phase has a series (value 1), so a
 //! fleet of resources costs one phase series each.
 
-use std::sync::RwLock;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -102,7 +103,8 @@ type Sampler = Box<dyn Fn() -> Vec<Sample> + Send + Sync>;
 /// autoscalers' tallies, reported for the resources the caches still hold.
 #[derive(Default)]
 pub struct Resources {
-    samplers: RwLock<Vec<Sampler>>,
+    samplers: RwLock<BTreeMap<u64, Sampler>>,
+    next_sampler: std::sync::atomic::AtomicU64,
     pub autoscalers: Tallies,
     /// Each `Clair`'s database connections, by engine: what its pools may open at most
     /// against the engine's `max_connections`.
@@ -118,6 +120,20 @@ pub struct EngineBudget {
     pub limit: Option<u32>,
 }
 
+/// Keeps a store sampled; dropping it stops that.
+pub struct Sampling {
+    resources: Arc<Resources>,
+    id: u64,
+}
+
+impl Drop for Sampling {
+    fn drop(&mut self) {
+        if let Ok(mut samplers) = self.resources.samplers.write() {
+            samplers.remove(&self.id);
+        }
+    }
+}
+
 impl std::fmt::Debug for Resources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Resources").finish_non_exhaustive()
@@ -125,11 +141,19 @@ impl std::fmt::Debug for Resources {
 }
 
 impl Resources {
-    /// Samples `store` at every scrape from now on.
-    pub fn watch<K: Sampled>(&self, store: Store<K>) {
+    /// Samples `store` at every scrape, for as long as the guard lives (a controller stopped
+    /// by a replica that no longer leads leaves no stale series).
+    pub fn watch<K: Sampled>(self: &Arc<Self>, store: Store<K>) -> Sampling {
         let sampler: Sampler = Box::new(move || store.state().iter().map(|k| k.sample()).collect());
+        let id = self
+            .next_sampler
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut samplers) = self.samplers.write() {
-            samplers.push(sampler);
+            samplers.insert(id, sampler);
+        }
+        Sampling {
+            resources: self.clone(),
+            id,
         }
     }
 
@@ -144,7 +168,7 @@ impl Resources {
     pub fn samples(&self) -> Vec<Sample> {
         self.samplers
             .read()
-            .map(|samplers| samplers.iter().flat_map(|s| s()).collect())
+            .map(|samplers| samplers.values().flat_map(|s| s()).collect())
             .unwrap_or_default()
     }
 }

@@ -66,8 +66,11 @@ pub struct ControlPlane {
     tokens: Vec<(String, String)>,
     // Stopped first, while the apiserver still answers.
     node: Option<RealNode>,
-    // Stopped in reverse start order: kwok first, etcd last.
-    processes: Vec<Process>,
+    // Stopped in reverse start order: kwok first, etcd last. Behind a lock so a fault test
+    // can stop and start one while others read the plane.
+    processes: std::sync::Mutex<Vec<Process>>,
+    /// Each component's arguments, to start it again.
+    commands: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 const ADMIN: &str = "admin";
@@ -167,7 +170,8 @@ impl ControlPlane {
             ca_cert: pki.ca_cert,
             tokens,
             node: None,
-            processes: Vec::new(),
+            processes: Default::default(),
+            commands: Default::default(),
         })
     }
 
@@ -376,15 +380,84 @@ impl ControlPlane {
             &args,
             &self.dir.join("logs"),
         )?;
-        self.processes.push(process);
+        self.commands.insert(name.to_string(), args);
+        self.processes_mut().push(process);
         Ok(())
+    }
+
+    fn processes_mut(&self) -> std::sync::MutexGuard<'_, Vec<Process>> {
+        // A panic while holding it leaves nothing half-done: the list is still whole.
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stops one component (`etcd`, `kube-apiserver`, ...): SIGTERM, then SIGKILL after 5 s.
+    /// For fault tests; [`ControlPlane::start_component`] starts it again.
+    pub fn stop_component(&self, name: &str) -> Result<()> {
+        let mut processes = self.processes_mut();
+        let process = processes
+            .iter_mut()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| Error::Kubeconfig(format!("no component {name}")))?;
+        process.stop();
+        Ok(())
+    }
+
+    /// Starts a stopped component again with its arguments (its log appended); nothing if
+    /// it runs. Call it
+    /// from a thread that outlives the control plane (see [`Process::spawn`]).
+    pub fn start_component(&self, name: &str) -> Result<()> {
+        if let Some(running) = self.processes_mut().iter_mut().find(|p| p.name() == name)
+            && running.check_running().is_ok()
+        {
+            return Ok(());
+        }
+        let args = self
+            .commands
+            .get(name)
+            .ok_or_else(|| Error::Kubeconfig(format!("no component {name}")))?;
+        let started = Process::spawn(
+            name,
+            &self.binaries.path(name),
+            args,
+            &self.dir.join("logs"),
+        )?;
+        let mut processes = self.processes_mut();
+        if let Some(slot) = processes.iter_mut().find(|p| p.name() == name) {
+            // The stopped one is reaped already; replaced in place, so the stop order holds.
+            *slot = started;
+        }
+        Ok(())
+    }
+
+    /// Waits until the apiserver answers `/readyz` again (after a fault test).
+    pub async fn wait_until_ready(&self, timeout: Duration) -> Result<()> {
+        let client = self.client().await?;
+        let start = Instant::now();
+        loop {
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+            if client.request_text(request).await.is_ok() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(Error::Timeout {
+                    what: "kube-apiserver /readyz".to_string(),
+                    seconds: timeout.as_secs(),
+                    detail: String::new(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     fn check_processes(&mut self) -> Result<()> {
         if let Some(node) = self.node.as_mut() {
             node.check_running()?;
         }
-        self.processes
+        self.processes_mut()
             .iter_mut()
             .try_for_each(Process::check_running)
     }
@@ -421,7 +494,7 @@ impl ControlPlane {
             return Ok(());
         }
         let logs: Vec<String> = self
-            .processes
+            .processes_mut()
             .iter()
             .map(|p| format!("--- {} ---\n{}", p.name(), p.tail(15)))
             .collect();
@@ -528,7 +601,7 @@ impl ControlPlane {
         if let Some(mut node) = self.node.take() {
             node.stop();
         }
-        while let Some(mut process) = self.processes.pop() {
+        while let Some(mut process) = self.processes_mut().pop() {
             process.stop();
         }
         if !self.keep_dir {

@@ -42,7 +42,12 @@ impl Process {
     /// As [`Process::spawn`], for a command already set up (user, environment, ...).
     pub fn spawn_command(name: &str, mut command: Command, log_dir: &Path) -> Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
-        let out = File::create(&log).map_err(io_error(format!("create {}", log.display())))?;
+        // Appended: a component started again (a fault test) keeps its earlier lines.
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(io_error(format!("create {}", log.display())))?;
         let err = out
             .try_clone()
             .map_err(io_error(format!("open {}", log.display())))?;
