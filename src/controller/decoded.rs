@@ -77,6 +77,8 @@ fn refine(kind: &str, path: &str, value: &serde_json::Value) -> Option<String> {
 struct Ledger {
     unreadable: BTreeMap<(String, String), i64>,
     said: BTreeSet<(String, i64)>,
+    /// During a relist, the unreadable objects listed so far.
+    listing: Option<BTreeSet<(String, String)>>,
 }
 
 /// The watch of kind `K` in `scope` for [`kube::runtime::Controller::for_stream`], and the
@@ -145,8 +147,14 @@ where
         }
     };
     match event {
-        Event::Init => Some(Event::Init),
-        Event::InitDone => Some(Event::InitDone),
+        Event::Init => {
+            noted(Outcome::Listing);
+            Some(Event::Init)
+        }
+        Event::InitDone => {
+            noted(Outcome::Listed);
+            Some(Event::InitDone)
+        }
         Event::InitApply(object) => read(&object).map(Event::InitApply),
         // A cached object changed into something unreadable leaves the cache (by its last
         // readable version), so nothing reconciles it against a spec that is no longer its.
@@ -177,6 +185,8 @@ enum Outcome<'a> {
     Read(&'a DynamicObject),
     Unreadable(Unreadable),
     Deleted(&'a DynamicObject),
+    Listing,
+    Listed,
 }
 
 fn key(object: &DynamicObject) -> (String, String) {
@@ -193,28 +203,47 @@ fn note<K: Resource<DynamicType = ()>>(
     let Ok(mut ledger) = ledger.lock() else {
         return;
     };
-    let new = match outcome {
+    // Counted up and down (each scope of a kind keeps its own ledger).
+    let gauge = context
+        .metrics
+        .unreadable
+        .get_or_create(&crate::metrics::KindLabels { kind: kind.clone() })
+        .clone();
+    let mut new = None;
+    match outcome {
         Outcome::Read(object) | Outcome::Deleted(object) => {
             if let Some(generation) = ledger.unreadable.remove(&key(object)) {
                 let uid = object.uid().unwrap_or_default();
                 ledger.said.remove(&(uid, generation));
+                gauge.dec();
             }
-            None
         }
         Outcome::Unreadable(unreadable) => {
             let at = (unreadable.namespace.clone(), unreadable.name.clone());
-            ledger.unreadable.insert(at, unreadable.generation);
-            ledger
-                .said
-                .insert((unreadable.uid.clone(), unreadable.generation))
-                .then_some(unreadable)
+            if let Some(seen) = ledger.listing.as_mut() {
+                seen.insert(at.clone());
+            }
+            if ledger
+                .unreadable
+                .insert(at, unreadable.generation)
+                .is_none()
+            {
+                gauge.inc();
+            }
+            let said = (unreadable.uid.clone(), unreadable.generation);
+            if ledger.said.insert(said) {
+                new = Some(unreadable);
+            }
         }
-    };
-    context
-        .metrics
-        .unreadable
-        .get_or_create(&crate::metrics::KindLabels { kind: kind.clone() })
-        .set(ledger.unreadable.len() as i64);
+        // A relist: what was unreadable and is not listed again was deleted meanwhile.
+        Outcome::Listing => ledger.listing = Some(BTreeSet::new()),
+        Outcome::Listed => {
+            let seen = ledger.listing.take().unwrap_or_default();
+            let before = ledger.unreadable.len();
+            ledger.unreadable.retain(|at, _| seen.contains(at));
+            gauge.dec_by((before - ledger.unreadable.len()) as i64);
+        }
+    }
     drop(ledger);
     if let Some(unreadable) = new {
         warn!(

@@ -659,8 +659,10 @@ fn fake_node(name: &str) -> serde_json::Value {
             },
         },
         "status": {
-            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            // Room for the scale tests (1,000 Clairs: 3,000 pods of 100m and 256Mi): the
+            // real default of 110 pods a node made 100 Clairs unschedulable on two nodes.
+            "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "2000"},
+            "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "2000"},
         },
     })
 }

@@ -7,6 +7,7 @@
 mod support;
 
 mod leader;
+mod load;
 mod operator;
 mod outage;
 mod restart;
@@ -34,6 +35,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
         watches::unrelated_secrets_cost_their_metadata_only,
         unreadable::unreadable_objects_are_named_and_stop_nothing_else,
+        load::kwok_nodes_stay_ready_while_the_machine_is_saturated,
         outage::an_apiserver_restart_and_an_etcd_outage_are_ridden_out,
         // These two leave their Clairs behind while their namespace goes: last.
         leader::a_killed_leader_hands_over_and_nothing_is_done_twice,

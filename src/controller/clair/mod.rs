@@ -196,7 +196,6 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
         Phase::Available => context.available_recheck,
         _ => Duration::from_secs(20),
     };
-    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let requeue = super::contested(
         &context,
         &applier,

@@ -214,7 +214,6 @@ async fn reconcile_once<K: ServiceResource>(
         Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),
     };
-    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let requeue = super::contested(
         &context,
         &applier,
