@@ -583,13 +583,22 @@ impl ControlPlane {
     }
 
     /// Starts `clair-operator run` from `binary` as the `clair-operator` user, its log in
-    /// `logs/operator.log`, its metrics and health on `127.0.0.1:8080`. It stops when the
-    /// returned process is dropped.
+    /// `logs/operator.log`, its metrics and health on `127.0.0.1:8080`, its webhook on a free
+    /// loopback port the apiserver is pointed at. It stops when the returned process is
+    /// dropped.
     pub fn start_operator(&self, binary: &Path) -> Result<Process> {
+        // The apiserver calls the webhook on loopback (no Service reaches a process here).
+        let [port] = free_ports::<1>()?;
+        let args = [
+            "run".to_string(),
+            "--metrics-listen=127.0.0.1:8080".to_string(),
+            format!("--webhook-listen=127.0.0.1:{port}"),
+            format!("--webhook-url=https://127.0.0.1:{port}"),
+        ];
         Process::spawn_with_env(
             "operator",
             binary,
-            &["run", "--metrics-listen", "127.0.0.1:8080"].map(String::from),
+            &args,
             &[("KUBECONFIG", &self.kubeconfig_path(OPERATOR))],
             &self.dir.join("logs"),
         )

@@ -41,12 +41,20 @@ fn main() -> ExitCode {
 
 fn up(operator: &Path, once: bool) -> Result<(), String> {
     let root = clair_testenv::repo_root();
-    eprintln!("clair-dev: starting the control plane (the first run builds it: minutes)...");
+    let building = spinner(
+        "starting the control plane (the first run builds etcd, Kubernetes and kwok from the Go \
+         module proxy: about 15 minutes)",
+    );
     let plane = ControlPlane::start(Options {
         nodes: 3,
         ..Options::default()
     })
     .map_err(|e| e.to_string())?;
+    building.finish_with_message(format!(
+        "control plane up at {} ({:.0} s)",
+        plane.server(),
+        building.elapsed().as_secs_f64()
+    ));
     let local = root.join(".local");
     std::fs::create_dir_all(&local).map_err(|e| e.to_string())?;
     let kubeconfig = local.join("kubeconfig");
@@ -61,6 +69,8 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
         "--all",
         "--timeout=60s",
     ])?;
+    // Where the operator keeps its webhook certificate and template seal, as deploy/base.
+    kubectl(&["create", "namespace", "clair-operator"])?;
     let _operator = plane
         .start_operator(operator)
         .map_err(|e| format!("cannot start the operator {}: {e}", operator.display()))?;
@@ -109,21 +119,7 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
         ]),
         &secret,
     )?;
-    for service in [
-        "clair/clair",
-        "indexer/indexer",
-        "matcher/matcher",
-        "notifier/notifier",
-    ] {
-        kubectl(&[
-            "wait",
-            "--namespace",
-            NAMESPACE,
-            "--for=jsonpath={.status.phase}=Available",
-            service,
-            "--timeout=180s",
-        ])?;
-    }
+    wait_available(&plane)?;
     kubectl(&["get", "nodes"])?;
     kubectl(&[
         "get",
@@ -155,6 +151,79 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     eprintln!("clair-dev: stopping");
     Ok(())
+}
+
+/// A spinner on standard error for a long step, with its elapsed time.
+fn spinner(message: impl Into<std::borrow::Cow<'static, str>>) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner().with_message(message);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed}] {msg}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
+}
+
+/// The example's resources, waited on with a bar of how many are Available and each one's
+/// phase, for up to three minutes.
+fn wait_available(plane: &ControlPlane) -> Result<(), String> {
+    const WANTED: [&str; 4] = [
+        "Clair/clair",
+        "Indexer/indexer",
+        "Matcher/matcher",
+        "Notifier/notifier",
+    ];
+    let bar = indicatif::ProgressBar::new(WANTED.len() as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed}] {pos}/{len} Available: {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let start = std::time::Instant::now();
+    loop {
+        let output = plane
+            .kubectl()
+            .args([
+                "get",
+                "clairs,indexers,matchers,notifiers",
+                "--namespace",
+                NAMESPACE,
+                "-o",
+                "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.status.phase}{\"\\n\"}{end}",
+            ])
+            .output()
+            .map_err(|e| format!("kubectl: {e}"))?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let phases: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(name, _)| WANTED.contains(name))
+            .collect();
+        let available = phases.iter().filter(|(_, p)| *p == "Available").count();
+        bar.set_position(available as u64);
+        bar.set_message(
+            phases
+                .iter()
+                .map(|(name, phase)| {
+                    format!("{name} {}", if phase.is_empty() { "-" } else { phase })
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        if available == WANTED.len() {
+            bar.finish();
+            return Ok(());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(180) {
+            bar.abandon();
+            return Err(format!(
+                "not every example resource is Available after 3 minutes: {text}; the operator's \
+                 log: {}",
+                plane.dir().join("logs/operator.log").display()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 fn path(p: &Path) -> String {
