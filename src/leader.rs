@@ -132,7 +132,14 @@ impl Election {
         let mut last_renewal = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry).await;
-            match self.try_once().await {
+            // A renewal that hangs (an apiserver that accepts and never answers) must not
+            // outlive the deadline: another replica may lead after it.
+            let deadline = last_renewal + self.timing.renew_deadline;
+            let Ok(renewed) = tokio::time::timeout_at(deadline, self.try_once()).await else {
+                warn!(lease = %self.name, "the lease renewal did not answer in time");
+                return;
+            };
+            match renewed {
                 Ok(true) => last_renewal = tokio::time::Instant::now(),
                 Ok(false) => {
                     warn!(lease = %self.name, "another replica took the lease");

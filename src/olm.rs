@@ -117,7 +117,13 @@ fn permissions() -> Result<(Value, Value), Error> {
         Ok(role["rules"].as_array().cloned().unwrap_or_default())
     };
     let mut namespaced = rules("ClusterRole", "clair-operator")?;
-    namespaced.extend(rules("Role", "clair-operator")?);
+    // The own-namespace Role but what only a self-registering operator uses: the replicas'
+    // EndpointSlices, asked which CA they serve during a rotation OLM does itself.
+    namespaced.extend(
+        rules("Role", "clair-operator")?
+            .into_iter()
+            .filter(|rule| rule["apiGroups"][0] != "discovery.k8s.io"),
+    );
     let cluster: Vec<Value> = rules("ClusterRole", "clair-operator-cluster")?
         .into_iter()
         .filter(|rule| rule["apiGroups"][0] != "admissionregistration.k8s.io")
@@ -348,6 +354,15 @@ fn descriptors(kind: &str) -> (Vec<Value>, Vec<Value>) {
     }
 }
 
+/// The API version the operator writes `kind` in.
+fn version_of(kind: &str) -> &'static str {
+    match kind {
+        "Indexer" | "Matcher" | "Notifier" => VERSION,
+        "HorizontalPodAutoscaler" => "v2",
+        _ => "v1",
+    }
+}
+
 /// What each kind is, and the kinds the operator creates for it.
 fn owned_crds() -> Vec<Value> {
     let kinds = [
@@ -417,7 +432,7 @@ fn owned_crds() -> Vec<Value> {
                 "kind": kind,
                 "displayName": display,
                 "description": description,
-                "resources": children.iter().map(|k| json!({"kind": k, "version": "v1"})).collect::<Vec<_>>(),
+                "resources": children.iter().map(|k| json!({"kind": k, "version": version_of(k)})).collect::<Vec<_>>(),
                 "specDescriptors": spec,
                 "statusDescriptors": status,
             })
@@ -452,7 +467,6 @@ pub fn cluster_service_version() -> Result<Value, Error> {
                 "description": "Runs Clair, the container vulnerability scanner, as separate, independently scaled services",
                 "repository": "https://github.com/quay/clair-operator",
                 "support": "clair-operator",
-                "features.operators.openshift.io/disconnected": "true",
                 "features.operators.openshift.io/proxy-aware": "true",
             },
         },
@@ -633,7 +647,7 @@ mod tests {
     }
 
     #[test]
-    fn the_bundle_grants_what_the_roles_grant_but_the_webhook_configurations() {
+    fn the_bundle_grants_what_the_roles_grant_but_what_olm_does_itself() {
         let (namespaced, cluster) = permissions().unwrap();
         let count = |v: &Value| v[0]["rules"].as_array().unwrap().len();
         let all = documents("roles", ROLES).unwrap();
@@ -641,8 +655,10 @@ mod tests {
             .iter()
             .map(|r| r["rules"].as_array().map_or(0, Vec::len))
             .sum();
-        assert_eq!(count(&namespaced) + count(&cluster), total - 1);
+        // All but the webhook configurations and the EndpointSlices.
+        assert_eq!(count(&namespaced) + count(&cluster), total - 2);
         assert!(!cluster.to_string().contains("admissionregistration"));
+        assert!(!namespaced.to_string().contains("endpointslices"));
     }
 
     #[test]

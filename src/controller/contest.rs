@@ -54,7 +54,6 @@ pub struct Contest {
     pub name: String,
     pub reverts: u32,
     pub writer: String,
-    pub next_in: Duration,
 }
 
 /// Every fight the operator is in, by object.
@@ -72,7 +71,7 @@ impl std::fmt::Debug for Contests {
 
 /// Drops the fights with no revert for [`MEMORY`].
 fn forget_old(fights: &mut HashMap<Key, Fight>, now: Instant) {
-    fights.retain(|_, f| now.saturating_duration_since(f.last) < MEMORY);
+    fights.retain(|_, f| now.saturating_duration_since(f.last) < MEMORY || now < f.next);
 }
 
 fn delays() -> ExponentialBackoff {
@@ -116,7 +115,9 @@ impl Contests {
         fight.last = now;
         fight.writer = writer.to_string();
         // The first revert of a hand edit waits for nothing; each one after it, longer.
-        let wait = fight.delays.next().unwrap_or(MEMORY);
+        // Jitter may add up to the delay again: held to MEMORY, so a fight is remembered
+        // until its next revert is due.
+        let wait = fight.delays.next().unwrap_or(MEMORY).min(MEMORY);
         fight.next = now + wait;
     }
 
@@ -137,7 +138,6 @@ impl Contests {
                 name: key.name.clone(),
                 reverts: fight.reverts,
                 writer: fight.writer.clone(),
-                next_in: fight.next.saturating_duration_since(now),
             })
             .collect();
         contests.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
@@ -165,16 +165,17 @@ pub fn condition(contests: &[Contest], previous: &[Condition], now: &Time) -> Op
         1 => String::new(),
         n => format!(" (and {} other objects)", n - 1),
     };
+    // Nothing in it changes between reverts: a status write per reconcile would otherwise
+    // make the operator write while idle.
     let message = format!(
-        "{} {} was changed back {} times in {} min, last from what {:?} wrote{others}: \
-         another writer sets a field the operator owns; the next revert waits {} s. Stop the \
+        "{} {} was changed back {} times, last from what {:?} wrote{others}: another writer \
+         sets a field the operator owns; each revert waits longer (up to {} min). Stop the \
          other writer, or change the field through this resource. See {}",
         first.kind,
         first.name,
         first.reverts,
-        MEMORY.as_secs() / 60,
         first.writer,
-        first.next_in.as_secs(),
+        MEMORY.as_secs() / 60,
         Reason::FieldContested.runbook_link(),
     );
     let type_ = ConditionType::Contested.as_str().to_string();
@@ -192,8 +193,9 @@ pub fn condition(contests: &[Contest], previous: &[Condition], now: &Time) -> Op
     })
 }
 
-/// The manager that last wrote a spec field of `object` other than the operator: the other
-/// writer (the controllers writing status, or a revision annotation, are not).
+/// The manager that last wrote a spec (or a ConfigMap's or Secret's data) field of `object`
+/// other than the operator: the other writer (controllers writing status, or a revision
+/// annotation, are not).
 pub fn last_writer(object: &impl kube::Resource) -> String {
     object
         .meta()
@@ -203,9 +205,11 @@ pub fn last_writer(object: &impl kube::Resource) -> String {
         .filter(|m| m.manager.as_deref() != Some(crate::api::labels::FIELD_MANAGER))
         .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
         .filter(|m| {
-            m.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.get("f:spec").is_some())
+            m.fields_v1.as_ref().is_some_and(|f| {
+                ["f:spec", "f:data", "f:binaryData"]
+                    .iter()
+                    .any(|k| f.0.get(k).is_some())
+            })
         })
         .max_by_key(|m| m.time.as_ref().map(|t| t.0))
         .and_then(|m| m.manager.clone())
@@ -267,7 +271,6 @@ mod tests {
             name: "idx".into(),
             reverts: 4,
             writer: "fighter".into(),
-            next_in: Duration::from_secs(8),
         };
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let said = condition(&[contest], &[], &now).unwrap();

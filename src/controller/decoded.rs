@@ -71,14 +71,22 @@ fn refine(kind: &str, path: &str, value: &serde_json::Value) -> Option<String> {
     Some(format!("{path}.{inner}"))
 }
 
-/// The objects of kind `K` currently unreadable, and the generations already said, so an
-/// idle operator says nothing again (a relist sees the same generation).
-#[derive(Default)]
+/// The objects of kind `K` currently unreadable, with the generation already said, so an
+/// idle operator says nothing again (a relist sees the same generation). One entry per
+/// object, gone with it: a tenant editing one object many times grows nothing.
 struct Ledger {
-    unreadable: BTreeMap<(String, String), i64>,
-    said: BTreeSet<(String, i64)>,
+    unreadable: BTreeMap<(String, String), (String, i64)>,
     /// During a relist, the unreadable objects listed so far.
     listing: Option<BTreeSet<(String, String)>>,
+    /// `unreadable_resources{kind}`: each scope's ledger adds its own, and takes it back
+    /// when dropped (a replica that stopped leading).
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.unreadable.len() as i64);
+    }
 }
 
 /// The watch of kind `K` in `scope` for [`kube::runtime::Controller::for_stream`], and the
@@ -109,7 +117,18 @@ where
     let writer: Writer<K> = Writer::default();
     let reader = writer.as_reader();
     let cache = reader.clone();
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let gauge = context
+        .metrics
+        .unreadable
+        .get_or_create(&crate::metrics::KindLabels {
+            kind: K::kind(&()).to_string(),
+        })
+        .clone();
+    let ledger = Arc::new(Mutex::new(Ledger {
+        unreadable: BTreeMap::new(),
+        listing: None,
+        gauge,
+    }));
     let events = watcher::watcher(api, watcher::Config::default()).filter_map(move |event| {
         let decoded = match event {
             Err(e) => Some(Err(e)),
@@ -203,19 +222,11 @@ fn note<K: Resource<DynamicType = ()>>(
     let Ok(mut ledger) = ledger.lock() else {
         return;
     };
-    // Counted up and down (each scope of a kind keeps its own ledger).
-    let gauge = context
-        .metrics
-        .unreadable
-        .get_or_create(&crate::metrics::KindLabels { kind: kind.clone() })
-        .clone();
     let mut new = None;
     match outcome {
         Outcome::Read(object) | Outcome::Deleted(object) => {
-            if let Some(generation) = ledger.unreadable.remove(&key(object)) {
-                let uid = object.uid().unwrap_or_default();
-                ledger.said.remove(&(uid, generation));
-                gauge.dec();
+            if ledger.unreadable.remove(&key(object)).is_some() {
+                ledger.gauge.dec();
             }
         }
         Outcome::Unreadable(unreadable) => {
@@ -223,16 +234,14 @@ fn note<K: Resource<DynamicType = ()>>(
             if let Some(seen) = ledger.listing.as_mut() {
                 seen.insert(at.clone());
             }
-            if ledger
-                .unreadable
-                .insert(at, unreadable.generation)
-                .is_none()
-            {
-                gauge.inc();
-            }
             let said = (unreadable.uid.clone(), unreadable.generation);
-            if ledger.said.insert(said) {
-                new = Some(unreadable);
+            match ledger.unreadable.insert(at, said.clone()) {
+                None => {
+                    ledger.gauge.inc();
+                    new = Some(unreadable);
+                }
+                Some(before) if before != said => new = Some(unreadable),
+                Some(_) => {}
             }
         }
         // A relist: what was unreadable and is not listed again was deleted meanwhile.
@@ -241,7 +250,8 @@ fn note<K: Resource<DynamicType = ()>>(
             let seen = ledger.listing.take().unwrap_or_default();
             let before = ledger.unreadable.len();
             ledger.unreadable.retain(|at, _| seen.contains(at));
-            gauge.dec_by((before - ledger.unreadable.len()) as i64);
+            let gone = before - ledger.unreadable.len();
+            ledger.gauge.dec_by(gone as i64);
         }
     }
     drop(ledger);

@@ -62,8 +62,13 @@ impl Readiness {
         &self.name
     }
 
+    /// Marks the part ready, if it is still registered (a forgotten part stays forgotten).
     pub fn set(&self) {
-        self.health.update(&self.name, |p| p.ready = true);
+        if let Ok(mut parts) = self.health.parts.lock()
+            && let Some(part) = parts.get_mut(&self.name)
+        {
+            part.ready = true;
+        }
     }
 }
 
@@ -150,7 +155,12 @@ mod tests {
         webhook.ready();
         drop(health.alive_in("controllers", "Clair controller"));
         assert!(health.live().is_err(), "a dropped part is dead");
+        let late = health.alive_in("controllers", "Indexer controller");
+        let readiness = late.readiness();
+        drop(late);
         health.forget("controllers");
+        // A cache that syncs after its controller was stopped does not bring it back.
+        readiness.set();
         assert!(health.live().is_ok() && health.ready().is_ok());
     }
 

@@ -915,6 +915,16 @@ pub async fn a_second_writer_is_fought_with_a_growing_wait_and_loses(
         },
     )
     .await?;
+    // And then quiet, the condition still up: nothing in it moves with time, so no status
+    // write feeds a reconcile that writes again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let quiet = SystemTime::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let writes = operator_writes(env, &ns, quiet)?;
+    ensure!(
+        writes.is_empty(),
+        "the operator wrote while the fight was over: {writes:?}"
+    );
     Ok(())
 }
 
