@@ -4,6 +4,7 @@
 
 pub mod clair;
 pub mod common;
+pub mod decode;
 pub mod labels;
 pub mod service;
 

@@ -39,36 +39,13 @@ pub fn decode<K: Resource<DynamicType = ()> + DeserializeOwned>(
     object: &DynamicObject,
 ) -> Result<K, Unreadable> {
     let value = serde_json::to_value(object).unwrap_or_default();
-    serde_path_to_error::deserialize(value.clone()).map_err(|e| {
-        let path = e.path().to_string();
-        let error = refine(&K::kind(&()), &path, &value)
-            .unwrap_or_else(|| format!("{path}: {}", e.inner()));
-        Unreadable {
-            namespace: object.namespace().unwrap_or_default(),
-            name: object.name_any(),
-            uid: object.uid().unwrap_or_default(),
-            generation: object.metadata.generation.unwrap_or_default(),
-            error,
-        }
+    crate::api::decode::named(&K::kind(&()), value).map_err(|error| Unreadable {
+        namespace: object.namespace().unwrap_or_default(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        generation: object.metadata.generation.unwrap_or_default(),
+        error,
     })
-}
-
-/// serde loses the path inside a flattened struct (a service's spec, a Clair's notifier):
-/// that part decoded as its own type names the field.
-fn refine(kind: &str, path: &str, value: &serde_json::Value) -> Option<String> {
-    use crate::api::ServiceSpec;
-    use crate::api::clair::ServiceOverrides;
-    fn locate<T: DeserializeOwned>(value: &serde_json::Value) -> Option<String> {
-        serde_path_to_error::deserialize::<_, T>(value.clone())
-            .err()
-            .map(|e| format!("{}: {}", e.path(), e.inner()))
-    }
-    let inner = match (kind, path) {
-        ("Indexer" | "Matcher" | "Notifier", "spec") => locate::<ServiceSpec>(&value["spec"]),
-        ("Clair", "spec.notifier") => locate::<ServiceOverrides>(&value["spec"]["notifier"]),
-        _ => None,
-    }?;
-    Some(format!("{path}.{inner}"))
 }
 
 /// The objects of kind `K` currently unreadable, with the generation already said, so an

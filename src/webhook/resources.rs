@@ -80,11 +80,12 @@ impl Resource {
     pub fn decode(object: &DynamicObject, kind: &str) -> Result<Option<Self>, String> {
         let value =
             serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
+        use crate::api::decode::named;
         let decoded = match kind {
-            "Indexer" => serde_json::from_value(value).map(Self::Indexer),
-            "Matcher" => serde_json::from_value(value).map(Self::Matcher),
-            "Notifier" => serde_json::from_value(value).map(Self::Notifier),
-            "Clair" => serde_json::from_value(value).map(|c| Self::Clair(Box::new(c))),
+            "Indexer" => named(kind, value).map(Self::Indexer),
+            "Matcher" => named(kind, value).map(Self::Matcher),
+            "Notifier" => named(kind, value).map(Self::Notifier),
+            "Clair" => named(kind, value).map(|c| Self::Clair(Box::new(c))),
             _ => return Ok(None),
         };
         decoded

@@ -395,8 +395,15 @@ pub async fn a_config_change_rolls_and_an_invalid_one_does_not(
             .is_none()
     );
 
-    // Fixing the config brings it back.
+    // Fixing the config brings it back. CONFIG is not the running config (that is the
+    // `log_level: debug` one), so this rolls: wait for the roll to end (one pod left) before
+    // taking the pods that must then stay.
     config_map(env, &ns, "clair-config", CONFIG).await?;
+    wait_for::<Indexer>(env, &ns, "idx", Phase::Available, 1).await?;
+    eventually(LONG, "the roll back finished: one pod", || async {
+        Ok(pod_names(env, &ns, "idx").await?.len() == 1)
+    })
+    .await?;
     let fixed: Indexer = wait_for(env, &ns, "idx", Phase::Available, 1).await?;
     let running_hash = fixed.status.and_then(|s| s.config_hash);
     let pods_running = pod_names(env, &ns, "idx").await?;
@@ -430,9 +437,10 @@ pub async fn a_config_change_rolls_and_an_invalid_one_does_not(
         missing.config_hash == running_hash,
         "the running config hash moved"
     );
+    let pods_missing = pod_names(env, &ns, "idx").await?;
     ensure!(
-        pod_names(env, &ns, "idx").await? == pods_running,
-        "pods changed when the ConfigMap went"
+        pods_missing == pods_running,
+        "pods changed when the ConfigMap went: {pods_running:?} then {pods_missing:?}"
     );
     ensure!(
         Api::<Secret>::namespaced(env.client().await?, &ns)

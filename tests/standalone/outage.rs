@@ -5,6 +5,11 @@
 //! failures show in `api_requests_total{code="error"}`, it stands by when it cannot renew
 //! its Lease and leads again after, and every Clair converges; a change made after the
 //! outages is acted on.
+//!
+//! Last in the tier: about five minutes after the outage the harness's kwok nodes go
+//! NotReady (the controller manager's 5-minute grace period; the nodes' heartbeats do not
+//! resume after the apiserver went away) and every pod turns unready, which a test running
+//! then would take for its own failure.
 
 use std::time::{Duration, Instant};
 
