@@ -70,8 +70,10 @@ async fn outage(
     // holds each watch's first retries at 0.8, 1.6 and 3.2 s; the second, one at most).
     let (first, second) = (halfway - before, during - halfway);
     println!("{component} down: {first} requests in the first half, {second} in the second");
+    // Backing off: the second half makes at most a fifth of the first (measured: 4–6 after
+    // 111–398), or a handful when the first made few (etcd down: requests are held open).
     ensure!(
-        second <= first,
+        second <= (first / 5.0).max(10.0),
         "{component} down: {first} requests in the first half, {second} in the second: not backing off"
     );
     env.plane.start_component(component)?;
@@ -166,10 +168,13 @@ pub async fn an_apiserver_restart_and_an_etcd_outage_are_ridden_out(
             etcd_requests / ETCD_DOWN.as_secs_f64(),
             acted.as_secs_f64(),
         );
-        // Not spinning: some forty watches and the Lease, each backing off (a busy loop would
-        // make thousands a second).
+        // Not spinning: every watch, the Lease and each cached object's failed reconcile retry
+        // with a growing wait, so the first half of the outage holds nearly all requests and
+        // the second a few (checked in `outage`); a busy loop would make thousands a second.
+        // The count itself grows with what the operator caches (400 with the earlier tests'
+        // objects still being deleted, 120 without), so it is bounded per second loosely.
         ensure!(
-            apiserver_requests / APISERVER_DOWN.as_secs_f64() < 40.0,
+            apiserver_requests / APISERVER_DOWN.as_secs_f64() < 200.0,
             "{apiserver_requests} requests in {apiserver_down:?} with the apiserver down"
         );
         ensure!(
@@ -177,7 +182,7 @@ pub async fn an_apiserver_restart_and_an_etcd_outage_are_ridden_out(
             "no unanswered request counted while the apiserver was down"
         );
         ensure!(
-            etcd_requests / ETCD_DOWN.as_secs_f64() < 40.0,
+            etcd_requests / ETCD_DOWN.as_secs_f64() < 200.0,
             "{etcd_requests} requests in {etcd_down:?} with etcd down"
         );
         let log = operator.log();
