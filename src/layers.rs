@@ -18,8 +18,9 @@ const LAYERS: &[&[&str]] = &[
     &["templating"],
     // The controllers and the admission webhooks.
     &["controller", "webhook"],
-    // The OLM bundle, made from the installs and the webhooks' own registration.
-    &["olm"],
+    // The OLM bundle, made from the installs and the webhooks' own registration; `render`,
+    // the controllers' pipeline run offline on files.
+    &["olm", "offline"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

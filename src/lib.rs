@@ -11,6 +11,7 @@ pub mod images;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod offline;
 pub mod olm;
 pub mod render;
 pub mod sources;

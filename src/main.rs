@@ -59,6 +59,31 @@ enum Command {
         #[arg(long, value_enum, default_value = "human")]
         output: Output,
     },
+    /// Print every object the operator would create for the given Clair, Indexer, Matcher
+    /// and Notifier resources, offline, with the ConfigMaps and Secrets they read: the
+    /// controllers' own pipeline and config validation (an invalid config fails with the
+    /// message its condition would show), for reviewing a change as `helm template` is used.
+    /// A database is taken as answering and credentials the files lack as generated
+    /// (placeholders); owner references are left out.
+    Render {
+        /// Files of YAML or JSON documents (`-`: standard input). Repeatable.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+        /// `yaml` (documents separated by `---`) or `json` (a `List`).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: RenderOutput,
+        /// The namespace of documents that name none.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// What the target cluster serves beyond Kubernetes itself: `route` (OpenShift
+        /// Routes), `httproute` (Gateway API), `servicemonitor` (Prometheus Operator),
+        /// `scc` (OpenShift: pods leave their user to the platform).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        serves: Vec<Served>,
+        /// As `run --allowed-images`: images outside these prefixes are refused.
+        #[arg(long, value_delimiter = ',')]
+        allowed_images: Vec<String>,
+    },
     /// Draw the phase state machines as Mermaid diagrams, or write them into a folder.
     Diagrams {
         /// Write `service.mmd`, `clair.mmd` and `README.md` into this folder.
@@ -82,6 +107,27 @@ fn main() -> ExitCode {
             mode,
             output,
         } => return check_config(&files, mode, output),
+        Command::Render {
+            files,
+            output,
+            namespace,
+            serves,
+            allowed_images,
+        } => {
+            let options = clair_operator::offline::Options {
+                namespace,
+                users: if serves.contains(&Served::Scc) {
+                    clair_operator::render::pod::PodUsers::AssignedByPlatform
+                } else {
+                    clair_operator::render::pod::PodUsers::Numeric
+                },
+                routes: serves.contains(&Served::Route),
+                http_routes: serves.contains(&Served::Httproute),
+                service_monitors: serves.contains(&Served::Servicemonitor),
+                images: clair_operator::images::ImagePolicy::new(allowed_images),
+            };
+            render(&files, output, &options)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -270,6 +316,53 @@ fn service_kind_parser() -> impl clap::builder::TypedValueParser<Value = Service
 enum Output {
     Human,
     Json,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RenderOutput {
+    Yaml,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Served {
+    Route,
+    Httproute,
+    Servicemonitor,
+    Scc,
+}
+
+fn render(
+    files: &[PathBuf],
+    output: RenderOutput,
+    options: &clair_operator::offline::Options,
+) -> Result<(), String> {
+    let mut documents = Vec::new();
+    for file in files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).map_err(|e| format!("standard input: {e}"))?
+        } else {
+            std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?
+        };
+        let parsed = clair_operator::offline::documents(&text)
+            .map_err(|e| format!("{}: not YAML or JSON: {e}", file.display()))?;
+        documents.extend(parsed);
+    }
+    let rendered =
+        clair_operator::offline::render(documents, options).map_err(|e| e.to_string())?;
+    for warning in &rendered.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let text = match output {
+        RenderOutput::Yaml => clair_operator::offline::to_yaml(&rendered.objects)?,
+        RenderOutput::Json => {
+            let list =
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": rendered.objects});
+            serde_json::to_string_pretty(&list).map_err(|e| e.to_string())? + "\n"
+        }
+    };
+    print!("{text}");
+    Ok(())
 }
 
 fn check_config(files: &[PathBuf], mode: Option<ServiceKind>, output: Output) -> ExitCode {

@@ -18,74 +18,124 @@ use crate::api::ConfigSource;
 use crate::api::common::CaBundle;
 use crate::clairconfig::Document;
 
-/// Reads one referenced key. `Ok(Err(what))` names what is missing.
+/// Where referenced ConfigMaps and Secrets are read from: the cluster (a [`Client`], with
+/// the operator's access), or the files given to `clair-operator render`.
+pub trait ObjectSource: Sync {
+    fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send;
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Secret>, kube::Error>> + Send;
+}
+
+impl ObjectSource for Client {
+    async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ConfigMap>, kube::Error> {
+        Api::namespaced(self.clone(), namespace).get_opt(name).await
+    }
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, kube::Error> {
+        Api::namespaced(self.clone(), namespace).get_opt(name).await
+    }
+}
+
+/// Reads one config source; `Ok(Err(what))` names what is missing.
 pub async fn read_source(
-    client: &Client,
+    objects: &impl ObjectSource,
     namespace: &str,
     source: &ConfigSource,
 ) -> Result<Result<Document, String>, kube::Error> {
     if let Some(reference) = &source.config_map {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        let name = format!("ConfigMap {}", reference.name);
-        let Some(object) = api.get_opt(&reference.name).await? else {
-            return Ok(Err(format!("{name} does not exist")));
-        };
-        let text = object
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&reference.key))
-            .cloned()
-            .or_else(|| {
-                object
-                    .binary_data
-                    .as_ref()
-                    .and_then(|d| d.get(&reference.key))
-                    .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            });
-        return Ok(match text {
-            Some(text) => Ok(Document {
-                name: format!("{name} key {}", reference.key),
-                key: reference.key.clone(),
-                text,
-                secret: false,
-            }),
-            None => Err(format!("{name} has no key {}", reference.key)),
-        });
+        let object = objects.config_map(namespace, &reference.name).await?;
+        return Ok(config_map_document(
+            object.as_ref(),
+            &reference.name,
+            &reference.key,
+        ));
     }
     if let Some(reference) = &source.secret {
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        let name = format!("Secret {}", reference.name);
-        let Some(object) = api.get_opt(&reference.name).await? else {
-            return Ok(Err(format!("{name} does not exist")));
-        };
-        let bytes = object
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&reference.key))
-            .map(|b| b.0.clone())
-            .or_else(|| {
-                object
-                    .string_data
-                    .as_ref()
-                    .and_then(|d| d.get(&reference.key))
-                    .map(|s| s.clone().into_bytes())
-            });
-        return Ok(match bytes {
-            Some(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => Ok(Document {
-                    name: format!("{name} key {}", reference.key),
-                    key: reference.key.clone(),
-                    text,
-                    secret: true,
-                }),
-                Err(_) => Err(format!("{name} key {} is not UTF-8 text", reference.key)),
-            },
-            None => Err(format!("{name} has no key {}", reference.key)),
-        });
+        let object = objects.secret(namespace, &reference.name).await?;
+        return Ok(secret_document(
+            object.as_ref(),
+            &reference.name,
+            &reference.key,
+        ));
     }
     Ok(Err(
         "the config reference names neither a ConfigMap nor a Secret".into(),
     ))
+}
+
+/// The document under `key` of the ConfigMap `name` (`None`: it does not exist).
+fn config_map_document(
+    object: Option<&ConfigMap>,
+    name: &str,
+    key: &str,
+) -> Result<Document, String> {
+    let name = format!("ConfigMap {name}");
+    let Some(object) = object else {
+        return Err(format!("{name} does not exist"));
+    };
+    let text = object
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .cloned()
+        .or_else(|| {
+            object
+                .binary_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        });
+    match text {
+        Some(text) => Ok(Document {
+            name: format!("{name} key {key}"),
+            key: key.to_string(),
+            text,
+            secret: false,
+        }),
+        None => Err(format!("{name} has no key {key}")),
+    }
+}
+
+/// The document under `key` of the Secret `name` (`None`: it does not exist).
+fn secret_document(object: Option<&Secret>, name: &str, key: &str) -> Result<Document, String> {
+    let name = format!("Secret {name}");
+    let Some(object) = object else {
+        return Err(format!("{name} does not exist"));
+    };
+    let bytes = object
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            object
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|s| s.clone().into_bytes())
+        });
+    match bytes {
+        Some(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Ok(Document {
+                name: format!("{name} key {key}"),
+                key: key.to_string(),
+                text,
+                secret: true,
+            }),
+            Err(_) => Err(format!("{name} key {key} is not UTF-8 text")),
+        },
+        None => Err(format!("{name} has no key {key}")),
+    }
 }
 
 /// The CA certificates of a `caBundle`: every PEM certificate under any key of the

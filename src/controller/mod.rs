@@ -20,6 +20,7 @@ pub mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
@@ -107,20 +108,43 @@ impl Owner {
     }
 }
 
+/// A status with conditions: the `Contested` one is added to it at the end of a reconcile.
+trait Conditioned {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+impl Conditioned for crate::api::ClairStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
+
+impl Conditioned for crate::api::ServiceStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+        &mut self.conditions
+    }
+}
+
 /// After the apply: the `Contested` condition while another writer fights over an owned
 /// object, and the requeue shortened to the next deferred revert (or to when the fight is
 /// forgotten, so the condition goes).
 fn contested(
     context: &Context,
     applier: &apply::Applier<'_>,
-    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    conditions: &mut Vec<Condition>,
+    previous: &[Condition],
     requeue: Duration,
 ) -> Duration {
     let at = std::time::Instant::now();
     let fights = context.contests.of(applier.owner_uid, at);
-    if let Some(condition) = contest::condition(&fights, previous, now) {
+    if let Some(condition) = contest::condition(&fights, previous, &now()) {
         conditions.push(condition);
     }
     let deferred = applier.wait.lock().ok().and_then(|w| *w);
@@ -266,13 +290,15 @@ where
     alive
 }
 
-/// The end of every reconcile: the status written (server-side apply of the status
-/// subresource) only when it changed, the Event of a transition, and when to look again.
+/// The end of every reconcile: the `Contested` condition while another writer fights over
+/// what `applier` wrote, the status written (server-side apply of the status subresource)
+/// only when it changed, the Event of a transition, and when to look again.
 async fn conclude<K, S>(
     context: &Context,
     object: &K,
+    applier: &apply::Applier<'_>,
     previous: Option<&S>,
-    status: S,
+    mut status: S,
     decision: &Decision,
     requeue: Duration,
 ) -> Result<Action, Error>
@@ -281,8 +307,15 @@ where
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
-    S: serde::Serialize + PartialEq,
+    S: serde::Serialize + PartialEq + Conditioned,
 {
+    let requeue = contested(
+        context,
+        applier,
+        status.conditions_mut(),
+        previous.map(Conditioned::conditions).unwrap_or_default(),
+        requeue,
+    );
     let described = describe(object);
     tracing::Span::current().record("phase", decision.phase.as_str());
     if previous != Some(&status) {

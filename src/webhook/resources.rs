@@ -93,6 +93,25 @@ impl Resource {
             .map_err(|e| format!("the {kind} does not match its schema: {e}"))
     }
 
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Indexer(_) => "Indexer",
+            Self::Matcher(_) => "Matcher",
+            Self::Notifier(_) => "Notifier",
+            Self::Clair(_) => "Clair",
+        }
+    }
+
+    pub fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        use kube::Resource as _;
+        match self {
+            Self::Indexer(o) => o.meta(),
+            Self::Matcher(o) => o.meta(),
+            Self::Notifier(o) => o.meta(),
+            Self::Clair(o) => o.meta(),
+        }
+    }
+
     /// The service spec and its mode, for the three services.
     fn service(&self) -> Option<(&ServiceSpec, crate::api::ServiceKind)> {
         use crate::api::ServiceKind;

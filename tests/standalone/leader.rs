@@ -14,9 +14,7 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use crate::operator::{OperatorProcess, TEST_GROUP};
-use crate::support::clair::{
-    available_clairs, create_clairs, external_databases, external_spec, notifier_dropin,
-};
+use crate::support::clair::{available_clairs, create_clairs, external_spec};
 use crate::support::{TestEnv, audited_since, eventually};
 
 const CLAIRS: usize = 50;
@@ -51,11 +49,7 @@ fn at(entry: &Value) -> anyhow::Result<SystemTime> {
 pub async fn a_killed_leader_hands_over_and_nothing_is_done_twice(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let client = env.client().await?;
-    crate::operator::install(env, "base")?;
-    let ns = env.namespace("leader").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let (client, ns) = crate::operator::fleet_namespace(env, "leader").await?;
 
     let since = SystemTime::now();
     let mut first = OperatorProcess::start(env, "operator-a", &["--no-webhook"])?;

@@ -93,6 +93,18 @@ pub fn install(env: &TestEnv, overlay: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// For the fault tests: the operator installed cluster-wide (`deploy/base`, no process yet)
+/// and a namespace `name` ready for Clairs with external databases and a notifier drop-in.
+/// The test's client and the namespace.
+pub async fn fleet_namespace(env: &TestEnv, name: &str) -> anyhow::Result<(kube::Client, String)> {
+    let client = env.client().await?;
+    install(env, "base")?;
+    let ns = env.namespace(name).await?;
+    crate::support::clair::external_databases(env, &client, &ns).await?;
+    crate::support::clair::notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    Ok((client, ns))
+}
+
 /// The operator user's kubeconfig, impersonating the operator's ServiceAccount (with the
 /// group naming the process `name`).
 fn kubeconfig(env: &TestEnv, name: &str) -> anyhow::Result<PathBuf> {

@@ -19,9 +19,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::operator::OperatorProcess;
-use crate::support::clair::{
-    available_clairs, create_clairs, external_databases, external_spec, notifier_dropin,
-};
+use crate::support::clair::{available_clairs, create_clairs, external_spec, unsettled};
 use crate::support::{TestEnv, eventually};
 
 const CLAIRS: usize = 10;
@@ -78,6 +76,17 @@ async fn outage(
     );
     env.plane.start_component(component)?;
     env.plane.wait_until_ready(Duration::from_secs(120)).await?;
+    if component == "kube-apiserver" {
+        // The harness's stand-ins for nodes and the cluster's controllers are not under test,
+        // and one of them was seen to stop acting after an apiserver restart (CI: no pod
+        // progressed in 300 s, the operator reconciling all along; and the kwok nodes go
+        // NotReady five minutes later). Started afresh, so only the operator has to ride
+        // the restart out.
+        for part in ["kwok", "kube-scheduler", "kube-controller-manager"] {
+            env.plane.stop_component(part)?;
+            env.plane.start_component(part)?;
+        }
+    }
     operator.check_running()?;
     Ok((
         during - before,
@@ -89,11 +98,7 @@ async fn outage(
 pub async fn an_apiserver_restart_and_an_etcd_outage_are_ridden_out(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let client = env.client().await?;
-    crate::operator::install(env, "base")?;
-    let ns = env.namespace("outage").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let (client, ns) = crate::operator::fleet_namespace(env, "outage").await?;
     let mut operator = OperatorProcess::start(env, "operator-outage", &["--no-webhook"])?;
     let outcome = async {
         create_clairs(&client, &ns, CLAIRS, external_spec()).await?;
@@ -113,12 +118,15 @@ pub async fn an_apiserver_restart_and_an_etcd_outage_are_ridden_out(
         )
         .await?;
         let back = Instant::now();
-        eventually(
+        let waited = eventually(
             Duration::from_secs(300),
             "every Clair Available after the restart",
             || async { Ok(available_clairs(&client, &ns).await?.len() == CLAIRS) },
         )
-        .await?;
+        .await;
+        if let Err(e) = waited {
+            return Err(e.context(unsettled(&client, &ns).await));
+        }
         let converged = back.elapsed();
 
         let (etcd_requests, etcd_failed, etcd_down) =

@@ -15,9 +15,7 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
 use crate::operator::OperatorProcess;
-use crate::support::clair::{
-    available_clairs, create_clairs, external_databases, external_spec, notifier_dropin,
-};
+use crate::support::clair::{available_clairs, create_clairs, external_spec};
 use crate::support::{TestEnv, eventually};
 
 /// As the faults issue asks: 300 Deployments and their pods on the two kwok nodes.
@@ -50,11 +48,7 @@ fn by_owner<K: Resource>(
 pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let client = env.client().await?;
-    crate::operator::install(env, "base")?;
-    let ns = env.namespace("restart").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let (client, ns) = crate::operator::fleet_namespace(env, "restart").await?;
     let args = ["--no-webhook", "--no-leader-election"];
     let mut first = OperatorProcess::start(env, "operator-first", &args)?;
 

@@ -25,6 +25,7 @@ use crate::machine::Reason;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
 use crate::render::database as db;
+use crate::sources::ObjectSource;
 
 /// What the database side found.
 pub struct DatabaseState {
@@ -62,6 +63,18 @@ pub async fn managed(
             not_ready.push(engine.name.clone());
         }
     }
+    Ok(managed_state(input, managed, passwords, &not_ready))
+}
+
+/// A managed database's state once its engines' readiness is known (`not_ready`: the
+/// engines without a ready pod). Pure: `clair-operator render` takes every engine as ready.
+pub fn managed_state(
+    input: &ClairInput<'_>,
+    managed: &ManagedDatabase,
+    passwords: &BTreeMap<String, String>,
+    not_ready: &[String],
+) -> DatabaseState {
+    let engines = db::engines(input, managed);
     let observation = if not_ready.is_empty() {
         DatabaseObservation::Reachable
     } else {
@@ -77,7 +90,7 @@ pub async fn managed(
         .max_connections
         .unwrap_or(db::DEFAULT_MAX_CONNECTIONS)
         .max(0) as u32;
-    Ok(DatabaseState {
+    DatabaseState {
         observation,
         connections: db::conn_strings(input, &engines, passwords),
         engine_of: ServiceKind::VARIANTS
@@ -88,7 +101,7 @@ pub async fn managed(
             .iter()
             .map(|e| (e.name.clone(), Some(max)))
             .collect(),
-    })
+    }
 }
 
 fn failure_reason(kind: FailureKind) -> Reason {
@@ -101,13 +114,23 @@ fn failure_reason(kind: FailureKind) -> Reason {
     }
 }
 
-/// External databases: each enabled service's string read and checked, concurrently.
-pub async fn external(
-    context: &Context,
+/// The connection strings of an external database as read from the user's Secrets, before
+/// any connection is tried.
+pub struct ExternalStrings {
+    /// Each enabled service's string, as read (trimmed).
+    strings: BTreeMap<ServiceKind, String>,
+    /// Those that parse.
+    parsed: BTreeMap<ServiceKind, ConnSettings>,
+    /// What is missing or malformed, by service.
+    failures: Vec<(Reason, String)>,
+}
+
+/// Reads and parses each enabled service's connection string.
+pub async fn external_strings(
+    objects: &impl ObjectSource,
     input: &ClairInput<'_>,
     external: &ExternalDatabase,
-    options: ProbeOptions,
-) -> Result<DatabaseState, ObserveError> {
+) -> Result<ExternalStrings, ObserveError> {
     let references = [
         (ServiceKind::Indexer, Some(&external.indexer)),
         (ServiceKind::Matcher, Some(&external.matcher)),
@@ -131,7 +154,7 @@ pub async fn external(
             config_map: None,
             secret: Some(reference.clone()),
         };
-        let text = match read(&context.client, input.namespace, &source).await? {
+        let text = match read(objects, input.namespace, &source).await? {
             Ok(document) => document.text.trim().to_string(),
             Err(what) => {
                 failures.push((Reason::DatabaseMisconfigured, format!("{role}: {what}")));
@@ -146,6 +169,25 @@ pub async fn external(
         }
         strings.insert(role, text);
     }
+    Ok(ExternalStrings {
+        strings,
+        parsed,
+        failures,
+    })
+}
+
+/// External databases: each enabled service's string read and checked, concurrently.
+pub async fn external(
+    context: &Context,
+    input: &ClairInput<'_>,
+    external: &ExternalDatabase,
+    options: ProbeOptions,
+) -> Result<DatabaseState, ObserveError> {
+    let ExternalStrings {
+        strings,
+        mut parsed,
+        mut failures,
+    } = external_strings(&context.client, input, external).await?;
     // The CAs each service trusts (its pod settings over the Clair's) count for its check.
     let mut trusted: BTreeMap<ServiceKind, Vec<CertificateDer<'static>>> = BTreeMap::new();
     for role in parsed.keys().copied().collect::<Vec<_>>() {
@@ -206,6 +248,34 @@ pub async fn external(
             engine_of.insert(role, engine);
         }
     }
+    Ok(external_state(
+        input, &strings, &failures, engine_of, limits,
+    ))
+}
+
+/// An external database that was not connected to (`clair-operator render`): only what the
+/// strings themselves say; no engine's limit known.
+pub fn unprobed(input: &ClairInput<'_>, read: &ExternalStrings) -> DatabaseState {
+    let engine_of = read
+        .parsed
+        .iter()
+        .filter_map(|(role, settings)| {
+            let hosts = settings.hosts().ok()?;
+            let (host, port) = hosts.first()?;
+            Some((*role, format!("{host}:{port}")))
+        })
+        .collect::<BTreeMap<_, _>>();
+    let limits = engine_of.values().map(|e| (e.clone(), None)).collect();
+    external_state(input, &read.strings, &read.failures, engine_of, limits)
+}
+
+fn external_state(
+    input: &ClairInput<'_>,
+    strings: &BTreeMap<ServiceKind, String>,
+    failures: &[(Reason, String)],
+    engine_of: BTreeMap<ServiceKind, String>,
+    limits: BTreeMap<String, Option<u32>>,
+) -> DatabaseState {
     let observation = match failures.first() {
         None => DatabaseObservation::Reachable,
         Some((reason, _)) => DatabaseObservation::Unreachable {
@@ -218,7 +288,7 @@ pub async fn external(
         },
     };
     let string = |role: ServiceKind| strings.get(&role).cloned().unwrap_or_default();
-    Ok(DatabaseState {
+    DatabaseState {
         observation,
         connections: ConnStrings {
             indexer: string(ServiceKind::Indexer),
@@ -229,7 +299,7 @@ pub async fn external(
         },
         engine_of,
         limits,
-    })
+    }
 }
 
 /// Each enabled service's demand on its engine: pool size (the string's `pool_max_conns`,

@@ -190,19 +190,14 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
     }
 
     // Status.
-    let mut new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
+    let new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
     let requeue = match decision.phase {
         // The database is measured again at this pace while all is well.
         Phase::Available => context.available_recheck,
         _ => Duration::from_secs(20),
     };
-    let requeue = super::contested(
-        &context,
-        &applier,
-        &mut new_status.conditions,
-        previous,
-        &now,
-        requeue,
-    );
-    super::conclude(&context, &clair, status, new_status, &decision, requeue).await
+    super::conclude(
+        &context, &clair, &applier, status, new_status, &decision, requeue,
+    )
+    .await
 }

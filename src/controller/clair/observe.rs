@@ -28,6 +28,7 @@ use crate::machine::upgrade::{self, JobState, StepJobs, Upgrade};
 use crate::render::clair::{self as render, ClairInput, ROOT_KEY, upgrade_job_name};
 use crate::render::database as db;
 use crate::render::routing;
+use crate::sources::ObjectSource;
 
 /// One service resource as observed.
 pub struct ObservedChild {
@@ -105,7 +106,7 @@ pub async fn observe(
     let images_allowed = image_refusal.is_none();
     let config = match image_refusal {
         Some(refusal) => ConfigObservation::Invalid { message: refusal },
-        None => config(context, input, &root).await?,
+        None => config(&context.client, input, &root).await?,
     };
     let children = [
         child::<Indexer>(context, input).await?,
@@ -221,8 +222,8 @@ impl Observed {
 }
 
 /// The generated config with the user's drop-ins, validated for every enabled service.
-async fn config(
-    context: &Context,
+pub async fn config(
+    objects: &impl ObjectSource,
     input: &ClairInput<'_>,
     root: &Value,
 ) -> Result<ConfigObservation, ObserveError> {
@@ -249,7 +250,7 @@ async fn config(
                 ),
             });
         }
-        match read(&context.client, input.namespace, source).await? {
+        match read(objects, input.namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => {
                 return Ok(ConfigObservation::Missing {

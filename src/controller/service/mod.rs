@@ -209,22 +209,15 @@ async fn reconcile_once<K: ServiceResource>(
     }
 
     // Status.
-    let mut new_status = desired::status(&input, &snapshot, &decision, config_hash, since);
+    let new_status = desired::status(&input, &snapshot, &decision, config_hash, since);
     let requeue = match decision.phase {
         Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),
     };
-    let requeue = super::contested(
-        &context,
-        &applier,
-        &mut new_status.conditions,
-        previous,
-        &now,
-        requeue,
-    );
     super::conclude(
         &context,
         object.as_ref(),
+        &applier,
         status,
         new_status,
         &decision,

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec, MetricStatus};
-use kube::Client;
 use kube::api::Api;
 
 use crate::api::{ConfigSource, ConfigSpec, ServiceKind, ServiceSpec, ServiceStatus};
@@ -17,6 +16,7 @@ use crate::images;
 use crate::machine::observation::{ConfigObservation, DatabaseObservation};
 use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
 use crate::render::service::{ConfigSnapshot, min_available};
+use crate::sources::ObjectSource;
 
 /// Everything one reconcile read about a service resource.
 pub struct Observed {
@@ -247,11 +247,11 @@ impl Observed {
 /// Reads one config source; `Ok(Err(what))` names what is missing. Every reconcile reads
 /// its sources through this, so a failed read names the object.
 pub async fn read(
-    client: &Client,
+    objects: &impl ObjectSource,
     namespace: &str,
     source: &ConfigSource,
 ) -> Result<Result<Document, String>, ObserveError> {
-    crate::sources::read_source(client, namespace, source)
+    crate::sources::read_source(objects, namespace, source)
         .await
         .map_err(ObserveError::reading(source.describe()))
 }
@@ -274,18 +274,18 @@ fn template_contains(current: &Deployment, desired: &Deployment) -> bool {
 /// The config of a service: missing, invalid (with the field and reason), or valid with
 /// the snapshot the pods get.
 pub async fn config(
-    client: &Client,
+    objects: &impl ObjectSource,
     namespace: &str,
     spec: &ConfigSpec,
     mode: ServiceKind,
 ) -> Result<(ConfigObservation, Option<ConfigSnapshot>), ObserveError> {
-    let root = match read(client, namespace, &spec.root).await? {
+    let root = match read(objects, namespace, &spec.root).await? {
         Ok(document) => document,
         Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
     };
     let mut dropins = Vec::with_capacity(spec.dropins.len());
     for source in &spec.dropins {
-        match read(client, namespace, source).await? {
+        match read(objects, namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
         }

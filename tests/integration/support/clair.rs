@@ -138,6 +138,54 @@ pub async fn available_clairs(
         .collect())
 }
 
+/// For a failure message: each Clair in `ns` that is not Available, with its phase and the
+/// conditions that are not True, and how many pods in `ns` are not Ready (what a fleet that
+/// did not converge was waiting on: the operator, or the nodes and controllers under it).
+pub async fn unsettled(client: &Client, ns: &str) -> String {
+    let clairs = match Api::<Clair>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => return format!("cannot list the Clairs: {e}"),
+    };
+    let mut lines: Vec<String> = clairs
+        .iter()
+        .filter_map(|c| {
+            let status = c.status.as_ref();
+            let phase = status.and_then(|s| s.phase);
+            (phase != Some(Phase::Available)).then(|| {
+                let conditions = status
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|c| c.status != "True")
+                    .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                format!("{} {phase:?}: {conditions}", c.name_any())
+            })
+        })
+        .collect();
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await;
+    if let Ok(pods) = pods {
+        let unready = pods
+            .items
+            .iter()
+            .filter(|p| {
+                !p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        lines.push(format!("{unready} of {} pods not Ready", pods.items.len()));
+    }
+    lines.join("\n")
+}
+
 pub fn external_spec() -> Value {
     json!({
         "database": {"external": {
