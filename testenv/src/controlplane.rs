@@ -314,6 +314,11 @@ impl ControlPlane {
                 "--cidr=10.128.0.0/16".into(),
                 "--node-ip=127.0.0.1".into(),
                 format!("--server-address=127.0.0.1:{kwok_port}"),
+                // Node Leases, renewed every 10 s: without them (kwok's default) a node's only
+                // heartbeat is its status, which kwok posts about every five minutes, so the
+                // node controller's grace period raced it, marked every pod unready for a
+                // moment, and kwok never made them ready again.
+                "--node-lease-duration-seconds=40".into(),
             ],
         )?;
 

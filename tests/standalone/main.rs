@@ -39,7 +39,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         // These two leave their Clairs behind while their namespace goes: last.
         leader::a_killed_leader_hands_over_and_nothing_is_done_twice,
         restart::a_killed_operator_restarted_finishes_and_duplicates_nothing,
-        // Last: the kwok nodes go NotReady about five minutes after it (see its module).
+        // Last: it stops and starts the control plane's parts.
         outage::an_apiserver_restart_and_an_etcd_outage_are_ridden_out,
     ]
 }
