@@ -75,6 +75,7 @@ fn main() -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     let mut results = Vec::new();
+    let started = Timestamp::now();
     for &n in &sizes {
         eprintln!("N = {n}: the baseline");
         let baseline = baseline(&runtime, n)?;
@@ -85,10 +86,11 @@ fn main() -> anyhow::Result<()> {
         );
         let measured = operator_run(&runtime, n, &operator)?;
         results.push((n, baseline, measured));
+        // After each N: a larger one may not finish on a small machine.
+        print_tables(&results);
+        let path = write_json(&results, started)?;
+        eprintln!("results so far written to {}", path.display());
     }
-    print_tables(&results);
-    let path = write_json(&results)?;
-    eprintln!("results written to {}", path.display());
     Ok(())
 }
 
@@ -324,7 +326,10 @@ fn print_tables(results: &[(usize, Baseline, Operator)]) {
     }
 }
 
-fn write_json(results: &[(usize, Baseline, Operator)]) -> anyhow::Result<PathBuf> {
+fn write_json(
+    results: &[(usize, Baseline, Operator)],
+    started: Timestamp,
+) -> anyhow::Result<PathBuf> {
     let runs: Vec<Value> = results
         .iter()
         .map(|(n, baseline, operator)| {
@@ -351,11 +356,10 @@ fn write_json(results: &[(usize, Baseline, Operator)]) -> anyhow::Result<PathBuf
             .and_then(|m| m.lines().next().map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))),
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
     });
-    let at = Timestamp::now();
-    let document = json!({"at": at.to_string(), "machine": machine, "runs": runs});
+    let document = json!({"at": started.to_string(), "machine": machine, "runs": runs});
     let dir = clair_testenv::repo_root().join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}.json", at.strftime("%Y-%m-%dT%H%M%SZ")));
+    let path = dir.join(format!("{}.json", started.strftime("%Y-%m-%dT%H%M%SZ")));
     std::fs::write(&path, serde_json::to_string_pretty(&document)? + "\n")?;
     Ok(path)
 }

@@ -11,6 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Requests {
     pub by_verb: BTreeMap<String, u64>,
+    /// `VERB RESOURCE[/SUBRESOURCE]`: where the requests went.
+    pub by_target: BTreeMap<String, u64>,
     /// Writes to a status subresource (`patch`/`update` of `*/status`).
     pub status_writes: u64,
     /// Events created or patched.
@@ -24,11 +26,12 @@ impl Requests {
         self.by_verb.values().sum()
     }
 
-    /// create, patch, update, delete, deletecollection.
+    /// create, patch, update, delete, deletecollection (access reviews, asked with
+    /// `create`, are counted as `review`).
     pub fn writes(&self) -> u64 {
         self.by_verb
             .iter()
-            .filter(|(verb, _)| !["get", "list", "watch"].contains(&verb.as_str()))
+            .filter(|(verb, _)| !["get", "list", "watch", "review"].contains(&verb.as_str()))
             .map(|(_, n)| n)
             .sum()
     }
@@ -46,6 +49,7 @@ impl Requests {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "by_verb": self.by_verb,
+            "by_target": self.by_target,
             "writes": self.writes(),
             "object_writes": self.object_writes(),
             "status_writes": self.status_writes,
@@ -55,10 +59,36 @@ impl Requests {
     }
 }
 
-/// The requests `user` made from `from` until `to` (received times), from the audit log.
+/// The requests `user` made from `from` until `to` (received times), from the audit log
+/// `log` and the files the apiserver rotated it into (`audit-TIME.log`, every 100 MB).
 pub fn audited(log: &Path, user: &str, from: Timestamp, to: Timestamp) -> anyhow::Result<Requests> {
-    let text = std::fs::read_to_string(log).with_context(|| log.display().to_string())?;
+    let dir = log.parent().context("the audit log's folder")?;
+    let stem = log
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("the audit log's name")?;
     let mut requests = Requests::default();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.starts_with(stem) && name.ends_with(".log") {
+            count(&path, user, from, to, &mut requests)?;
+        }
+    }
+    Ok(requests)
+}
+
+fn count(
+    log: &Path,
+    user: &str,
+    from: Timestamp,
+    to: Timestamp,
+    requests: &mut Requests,
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(log).with_context(|| log.display().to_string())?;
     for line in text.lines() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -76,9 +106,20 @@ pub fn audited(log: &Path, user: &str, from: Timestamp, to: Timestamp) -> anyhow
         if at < from || at >= to {
             continue;
         }
-        let verb = entry["verb"].as_str().unwrap_or_default().to_string();
-        let write = !["get", "list", "watch"].contains(&verb.as_str());
-        if write && entry["objectRef"]["subresource"] == "status" {
+        let resource = entry["objectRef"]["resource"].as_str().unwrap_or("(none)");
+        // Access and token reviews are questions put with `create`: reads, not writes.
+        let verb = match entry["verb"].as_str().unwrap_or_default() {
+            "create" if resource.ends_with("accessreviews") || resource == "tokenreviews" => {
+                "review"
+            }
+            verb => verb,
+        }
+        .to_string();
+        let write = !["get", "list", "watch", "review"].contains(&verb.as_str());
+        if write
+            && entry["objectRef"]["subresource"] == "status"
+            && entry["objectRef"]["resource"] != "leases"
+        {
             requests.status_writes += 1;
         }
         if write && entry["objectRef"]["resource"] == "events" {
@@ -87,9 +128,14 @@ pub fn audited(log: &Path, user: &str, from: Timestamp, to: Timestamp) -> anyhow
         if write && entry["objectRef"]["resource"] == "leases" {
             requests.lease_writes += 1;
         }
+        let target = match entry["objectRef"]["subresource"].as_str() {
+            Some(sub) => format!("{verb} {resource}/{sub}"),
+            None => format!("{verb} {resource}"),
+        };
+        *requests.by_target.entry(target).or_default() += 1;
         *requests.by_verb.entry(verb).or_default() += 1;
     }
-    Ok(requests)
+    Ok(())
 }
 
 /// The operator's metrics as Prometheus text.

@@ -41,10 +41,7 @@ pub async fn observe(
     name: &str,
     spec: &ServiceSpec,
 ) -> Result<Option<Observed>, ObserveError> {
-    let (config, snapshot) = match context.images.refusal(&images::service_images(spec)) {
-        Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
-        None => config(&context.client, namespace, &spec.config, kind).await?,
-    };
+    // The Deployment first: while its status is stale nothing else is worth reading.
     let deployment = Api::<Deployment>::namespaced(context.client.clone(), namespace)
         .get_opt(name)
         .await
@@ -52,6 +49,10 @@ pub async fn observe(
     if deployment.as_ref().is_some_and(status_is_stale) {
         return Ok(None);
     }
+    let (config, snapshot) = match context.images.refusal(&images::service_images(spec)) {
+        Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
+        None => config(&context.client, namespace, &spec.config, kind).await?,
+    };
     let autoscaler = match spec.autoscaling {
         Some(_) => Api::<HorizontalPodAutoscaler>::namespaced(context.client.clone(), namespace)
             .get_opt(name)
