@@ -108,6 +108,18 @@ impl Owner {
     }
 }
 
+/// Reconciles of one controller running at once. Unbounded (kube's default), 1,000 Clairs
+/// made 3,000 services create their Services together; the apiserver allocates cluster IPs
+/// one at a time, most creates waited past its 60 s timeout (504), and the retries kept it
+/// so (the scale benchmark: 11 of 1,000 Available after 17 minutes, the baseline done in 12).
+/// Sixteen keep both cores busy without queueing requests past any deadline.
+const CONCURRENT_RECONCILES: u16 = 16;
+
+/// A controller's settings: [`CONCURRENT_RECONCILES`] at once.
+fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
+}
+
 /// A status with conditions: the `Contested` one is added to it at the end of a reconcile.
 trait Conditioned {
     fn conditions(&self) -> &[Condition];

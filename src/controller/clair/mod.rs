@@ -40,7 +40,8 @@ pub async fn run(
 ) {
     let client = context.client.clone();
     let (clairs, store) = super::decoded::watch::<Clair>(context.clone(), &scope);
-    let controller = Controller::for_stream(clairs, store.clone());
+    let controller =
+        Controller::for_stream(clairs, store.clone()).with_config(super::controller_config());
     let _alive = super::watched(
         &context,
         format!("Clair controller, {scope}"),

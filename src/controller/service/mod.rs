@@ -64,7 +64,8 @@ pub async fn run<K: ServiceResource>(
 ) {
     let client = context.client.clone();
     let (objects, store) = super::decoded::watch::<K>(context.clone(), &scope);
-    let controller = Controller::for_stream(objects, store.clone());
+    let controller =
+        Controller::for_stream(objects, store.clone()).with_config(super::controller_config());
     let _alive = super::watched(
         &context,
         format!("{} controller, {scope}", K::KIND),
