@@ -114,16 +114,10 @@ impl ObjectSource for Files {
 
 impl Files {
     fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
-        let secret = self
-            .secrets
-            .get(&(namespace.to_string(), name.to_string()))?;
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .map(|b| b.0.clone())
-            .or_else(|| Some(secret.string_data.as_ref()?.get(key)?.clone().into_bytes()))?;
-        String::from_utf8(bytes).ok()
+        let secret = self.secrets.get(&(namespace.to_string(), name.to_string()));
+        crate::sources::secret_document(secret, name, key)
+            .ok()
+            .map(|document| document.text)
     }
 
     /// Adds the Secrets and ConfigMaps among `objects` (a Clair's, which its services read).
@@ -809,6 +803,18 @@ spec:
             yaml.contains("rendered-offline-"),
             "placeholders are marked"
         );
+    }
+
+    #[test]
+    fn a_psk_secret_given_is_used_instead_of_the_placeholder() {
+        let example = include_str!("../examples/clair.yaml");
+        let key = "Z2l2ZW4gaW4gdGhlIGZpbGVzOiB0aGUgcmVhbCBrZXkh";
+        let text = format!(
+            "{example}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: clair-psk}}\nstringData: {{key: {key}}}\n"
+        );
+        let yaml = to_yaml(&rendered(&text).unwrap().objects).unwrap();
+        assert!(yaml.contains(key), "the given key is rendered");
+        assert!(!yaml.contains(PLACEHOLDER_PSK), "no placeholder beside it");
     }
 
     #[test]

@@ -107,7 +107,7 @@ fn config_map_document(
 }
 
 /// The document under `key` of the Secret `name` (`None`: it does not exist).
-fn secret_document(object: Option<&Secret>, name: &str, key: &str) -> Result<Document, String> {
+pub fn secret_document(object: Option<&Secret>, name: &str, key: &str) -> Result<Document, String> {
     let name = format!("Secret {name}");
     let Some(object) = object else {
         return Err(format!("{name} does not exist"));

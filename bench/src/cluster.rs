@@ -193,20 +193,6 @@ pub fn rolled_out(deployment: &Deployment) -> bool {
         && status.replicas.unwrap_or(0) == wanted
 }
 
-/// The config hash of `deployment`'s pod template.
-pub fn config_hash(deployment: &Deployment) -> Option<String> {
-    deployment
-        .spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get(clair_operator::render::service::CONFIG_HASH)
-        .cloned()
-}
-
 /// Polls `count` (every second, up to every 5 s for thousands) until it reaches `wanted`,
 /// with a bar saying `what`.
 pub async fn wait_for<F, Fut>(

@@ -26,6 +26,7 @@ use clair_testenv::OPERATOR;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use clair_operator::controller::service::observe::running_hash;
 use cluster::{Cluster, NAMESPACE};
 use measure::{ProcessFigures, Requests};
 
@@ -191,7 +192,7 @@ fn operator_run(
         let old = cluster::deployments(&client).await?;
         let old_hashes: std::collections::BTreeMap<String, Option<String>> = old
             .iter()
-            .map(|(name, d)| (name.clone(), cluster::config_hash(d)))
+            .map(|(name, d)| (name.clone(), running_hash(Some(d))))
             .collect();
         let roll_from = Timestamp::now();
         let start = Instant::now();
@@ -207,7 +208,7 @@ fn operator_run(
                 Ok(now
                     .iter()
                     .filter(|(name, d)| {
-                        let hash = cluster::config_hash(d);
+                        let hash = running_hash(Some(d));
                         hash.is_some()
                             && old_hashes.get(*name) != Some(&hash)
                             && cluster::rolled_out(d)
