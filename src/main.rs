@@ -195,7 +195,8 @@ struct RunArgs {
     leader_election_namespace: Option<String>,
     /// How often an Available Clair is looked at again with nothing changed, in seconds:
     /// the pace at which its external databases are probed (a lost database is seen within
-    /// this, plus the probe's own 10 s). Not Available, it is every 20 s.
+    /// this, plus the probe's own 10 s). Rolling out, every 60 s; waiting on its database or
+    /// Degraded, every 20 s.
     #[arg(long, env = "CLAIR_OPERATOR_AVAILABLE_RECHECK_SECONDS", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(5..=3600))]
     available_recheck_seconds: u64,

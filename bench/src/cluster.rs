@@ -36,28 +36,8 @@ impl Cluster {
             ..Options::default()
         })
         .context("the control plane did not start (tools/controlplane/build.sh builds it)")?;
-        let root = clair_testenv::repo_root();
-        let kubectl = |args: &[&str]| -> anyhow::Result<()> {
-            let output = plane.kubectl().args(args).output()?;
-            ensure!(
-                output.status.success(),
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            Ok(())
-        };
-        let crds = root.join("crds").display().to_string();
-        kubectl(&["apply", "--server-side", "-k", &crds])?;
-        kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ])?;
-        kubectl(&["create", "namespace", "clair-operator"])?;
-        kubectl(&["create", "namespace", NAMESPACE])?;
+        plane.install_operator_prerequisites()?;
+        plane.kubectl_ok(&["create", "namespace", NAMESPACE])?;
         let postgres = Postgres::start(&plane.dir().join("logs"))?;
         let mut strings = serde_json::Map::new();
         for service in ["indexer", "matcher", "notifier"] {

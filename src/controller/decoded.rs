@@ -106,21 +106,35 @@ where
         listing: None,
         gauge,
     }));
-    let events = watcher::watcher(api, watcher::Config::default()).filter_map(move |event| {
-        let decoded = match event {
-            Err(e) => Some(Err(e)),
-            Ok(event) => translate(event, &cache, |outcome| {
-                note::<K>(&context, &ledger, outcome)
-            })
-            .map(Ok),
-        };
-        std::future::ready(decoded)
-    });
+    let events = watcher::watcher(api, watcher::Config::default())
+        .modify(slim)
+        .filter_map(move |event| {
+            let decoded = match event {
+                Err(e) => Some(Err(e)),
+                Ok(event) => translate(event, &cache, |outcome| {
+                    note::<K>(&context, &ledger, outcome)
+                })
+                .map(Ok),
+            };
+            std::future::ready(decoded)
+        });
     (
         reflector::reflector(writer, events).applied_objects(),
         reader,
     )
 }
+
+/// What the cache need not hold: the field managers' records and kubectl's copy of the last
+/// applied object (each about as large as the spec itself). Nothing reads them from the
+/// cache: a reconcile reads its resource fresh.
+fn slim(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Decodes one watch event; an unreadable object drops out of it. A deleted object that no
 /// longer decodes is deleted from the cache by the last version that did.
@@ -305,6 +319,23 @@ mod tests {
         let mut spec = good();
         spec["pod"] = json!({"volumes": [{"name": "v", "secret": "not-an-object"}]});
         spec
+    }
+
+    #[test]
+    fn the_cache_keeps_no_field_managers_nor_kubectls_copy() {
+        let mut full = object(good(), 1);
+        full.metadata.managed_fields = Some(vec![Default::default()]);
+        full.metadata.annotations = Some(
+            [(LAST_APPLIED, "{}"), ("team", "a")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        slim(&mut full);
+        assert_eq!(full.metadata.managed_fields, None);
+        let annotations = full.metadata.annotations.unwrap();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["team"]);
+        assert_eq!(full.data["spec"], good());
     }
 
     #[test]

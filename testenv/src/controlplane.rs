@@ -587,6 +587,38 @@ impl ControlPlane {
         command
     }
 
+    /// Runs kubectl with `args` against this control plane; a failure carries its stderr.
+    pub fn kubectl_ok(&self, args: &[&str]) -> Result<()> {
+        let output = self
+            .kubectl()
+            .args(args)
+            .output()
+            .map_err(io_error("run kubectl"))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(Error::Kubectl {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+
+    /// The operator's CRDs from the repository's `crds/` (as a user installs them), applied
+    /// and Established, and its own `clair-operator` namespace (where it keeps its webhook
+    /// certificate and template seal, as `deploy/base` does).
+    pub fn install_operator_prerequisites(&self) -> Result<()> {
+        let crds = crate::repo_root().join("crds");
+        self.kubectl_ok(&["apply", "--server-side", "-k", &crds.display().to_string()])?;
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ])?;
+        self.kubectl_ok(&["create", "namespace", "clair-operator"])
+    }
+
     /// Starts `clair-operator run` from `binary` as the `clair-operator` user, its log in
     /// `logs/operator.log`, its metrics and health on `127.0.0.1:8080`, its webhook on a free
     /// loopback port the apiserver is pointed at. It stops when the returned process is

@@ -56,6 +56,8 @@ pub enum Error {
     Kubeconfig(String),
     #[error("{0}")]
     Missing(String),
+    #[error("kubectl {args} failed: {stderr}")]
+    Kubectl { args: String, stderr: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

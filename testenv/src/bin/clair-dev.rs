@@ -61,16 +61,9 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
     std::fs::copy(plane.admin_kubeconfig(), &kubeconfig).map_err(|e| e.to_string())?;
 
     let kubectl = |args: &[&str]| run(plane.kubectl().args(args));
-    kubectl(&["apply", "--server-side", "-k", &path(&root.join("crds"))])?;
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ])?;
-    // Where the operator keeps its webhook certificate and template seal, as deploy/base.
-    kubectl(&["create", "namespace", "clair-operator"])?;
+    plane
+        .install_operator_prerequisites()
+        .map_err(|e| e.to_string())?;
     let _operator = plane
         .start_operator(operator)
         .map_err(|e| format!("cannot start the operator {}: {e}", operator.display()))?;
