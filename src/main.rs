@@ -95,7 +95,22 @@ enum Command {
     },
 }
 
+/// Every allocation counted by dhat, in a build made for a heap profile.
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    // Written when main returns (the operator stops on SIGTERM): where memory was allocated,
+    // at the peak and at the end (docs/performance.md reads it).
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::builder()
+        .file_name(
+            std::env::var_os("CLAIR_OPERATOR_HEAP_PROFILE").unwrap_or("dhat-heap.json".into()),
+        )
+        // Deep enough to reach the operator's own frames past the allocator and collections.
+        .trim_backtraces(Some(24))
+        .build();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run(args),

@@ -14,8 +14,12 @@
 //!
 //! Prints Markdown tables and the targets met or missed, and writes JSON to
 //! `bench/results/`. Timings are one run on a shared machine: compare the ratios.
+//!
+//! `clair-bench heap PROFILE`: the allocation sites holding the most memory in a dhat heap
+//! profile of the operator (`scripts/bench --heap N` makes one).
 
 mod cluster;
+mod heap;
 mod measure;
 
 use std::path::{Path, PathBuf};
@@ -58,6 +62,11 @@ struct Operator {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [command, profile] = args.as_slice()
+        && command == "heap"
+    {
+        return heap::summary(Path::new(profile), 15);
+    }
     let operator = PathBuf::from(
         args.iter()
             .find_map(|a| a.strip_prefix("--operator="))
@@ -91,8 +100,10 @@ fn main() -> anyhow::Result<()> {
         results.push((n, baseline, measured));
         // After each N: a larger one may not finish on a small machine.
         print_tables(&results);
-        let path = write_json(&results, started)?;
-        eprintln!("results so far written to {}", path.display());
+        if !args.iter().any(|a| a == "--no-json") {
+            let path = write_json(&results, started)?;
+            eprintln!("results so far written to {}", path.display());
+        }
     }
     Ok(())
 }
@@ -149,14 +160,14 @@ fn operator_run(
     binary: &Path,
 ) -> anyhow::Result<Operator> {
     let cluster = Cluster::start(runtime, nodes_for(n))?;
-    let process = cluster
+    let mut process = cluster
         .plane
         .start_operator(binary)
         .with_context(|| format!("starting {}", binary.display()))?;
     let pid = process.id();
     let audit = cluster.plane.audit_log();
     let client = cluster.client.clone();
-    runtime.block_on(async {
+    let measured = runtime.block_on(async {
         cluster.apply_fixtures().await?;
         cluster::wait_for(
             "the operator ready",
@@ -243,7 +254,10 @@ fn operator_run(
             rolled,
             roll,
         })
-    })
+    });
+    // Stopped while the control plane still answers, with time to write a heap profile.
+    process.stop_within(Duration::from_secs(120));
+    measured
 }
 
 fn per(count: u64, n: usize) -> f64 {

@@ -109,6 +109,12 @@ impl Process {
 
     /// SIGTERM, a few seconds' grace, then SIGKILL; always reaps the child.
     pub fn stop(&mut self) {
+        self.stop_within(Duration::from_secs(5));
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `grace` (a profiled operator
+    /// writes its heap profile on the way out).
+    pub fn stop_within(&mut self, grace: Duration) {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
         }
@@ -118,7 +124,7 @@ impl Process {
                 libc::kill(pid, libc::SIGTERM);
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;

@@ -207,7 +207,8 @@ fn requeue_after(phase: Phase, available_recheck: Duration) -> Duration {
         // Waiting on its services, its managed database's StatefulSet or its upgrade Jobs:
         // all watched, so each of their changes reconciles the Clair at once. A fixed 20 s
         // here was 40 idle reconciles per Clair while 1,000 rolled out (the scale benchmark).
-        Phase::Deploying | Phase::Scaling | Phase::Upgrading => WATCHED_WAIT,
+        // Never slower than an Available Clair's recheck, which an operator may set lower.
+        Phase::Deploying | Phase::Scaling | Phase::Upgrading => WATCHED_WAIT.min(available_recheck),
         // Waiting on the database to answer, or Degraded: only a probe tells.
         Phase::Pending | Phase::ConfigValid | Phase::DatabaseReady | Phase::Degraded => {
             Duration::from_secs(20)
@@ -229,6 +230,8 @@ mod tests {
         assert_eq!(requeue_after(Phase::Available, recheck), recheck);
         for phase in [Phase::Deploying, Phase::Scaling, Phase::Upgrading] {
             assert_eq!(requeue_after(phase, recheck), WATCHED_WAIT, "{phase:?}");
+            let brisk = Duration::from_secs(10);
+            assert_eq!(requeue_after(phase, brisk), brisk, "{phase:?}");
         }
         for phase in [
             Phase::Pending,
