@@ -1,6 +1,7 @@
 //! clair-operator: runs Clair's indexer, matcher and notifier as separate, independently
 //! scaled services on Kubernetes, each custom resource driven by a typed state machine.
 
+pub mod allocator;
 pub mod api;
 pub mod clairconfig;
 pub mod controller;

@@ -11,6 +11,7 @@ use serde_json::Value;
 /// Frames that say how memory was allocated, not what for.
 const PLUMBING: &[&str] = &[
     "dhat::",
+    "<dhat::",
     "alloc::",
     "<alloc::",
     "core::",

@@ -88,7 +88,21 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let mut results = Vec::new();
     let started = Timestamp::now();
+    let memory_only = args.iter().any(|a| a == "--memory-only");
     for &n in &sizes {
+        if memory_only {
+            // The operator's memory alone: no baseline, no roll, no JSON (a quick check of
+            // a memory change at large N; the full run is the result).
+            let measured = operator_run(&runtime, n, &operator, Stop::AtRest)?;
+            println!(
+                "N = {n}: all Available in {:.1} s; RSS before {:.1} MiB, at rest {:.1} MiB, peak {:.1} MiB",
+                measured.converged.as_secs_f64(),
+                measured.before.rss as f64 / MIB,
+                measured.at_rest.rss as f64 / MIB,
+                measured.at_rest.peak_rss as f64 / MIB,
+            );
+            continue;
+        }
         eprintln!("N = {n}: the baseline");
         let baseline = baseline(&runtime, n)?;
         eprintln!(
@@ -96,7 +110,7 @@ fn main() -> anyhow::Result<()> {
             baseline.objects,
             baseline.took.as_secs_f64()
         );
-        let measured = operator_run(&runtime, n, &operator)?;
+        let measured = operator_run(&runtime, n, &operator, Stop::AfterRoll)?;
         results.push((n, baseline, measured));
         // After each N: a larger one may not finish on a small machine.
         print_tables(&results);
@@ -154,10 +168,20 @@ fn baseline(runtime: &tokio::runtime::Runtime, n: usize) -> anyhow::Result<Basel
     })
 }
 
+/// How far an operator run goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// After the idle minute.
+    AtRest,
+    /// After the config roll.
+    AfterRoll,
+}
+
 fn operator_run(
     runtime: &tokio::runtime::Runtime,
     n: usize,
     binary: &Path,
+    stop: Stop,
 ) -> anyhow::Result<Operator> {
     let cluster = Cluster::start(runtime, nodes_for(n))?;
     let mut process = cluster
@@ -196,6 +220,21 @@ fn operator_run(
         let idle_end = Timestamp::now();
         let idle = measure::audited(&audit, OPERATOR, settled, idle_end)?;
         let at_rest = measure::process(pid)?;
+        if stop == Stop::AtRest {
+            return Ok(Operator {
+                converged,
+                requests,
+                idle,
+                transitions: 0.0,
+                p50: None,
+                p99: None,
+                before,
+                at_rest,
+                after: at_rest,
+                rolled: Duration::ZERO,
+                roll: Requests::default(),
+            });
+        }
         let metrics = measure::scrape(METRICS)?;
         let histogram = "clair_operator_reconcile_duration_seconds";
         let p50 = measure::quantile(&metrics, histogram, 0.5);

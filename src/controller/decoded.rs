@@ -290,7 +290,7 @@ async fn say(context: Arc<Context>, api_version: String, kind: String, unreadabl
         action: "Decode".to_string(),
         secondary: None,
     };
-    if let Err(e) = context.recorder.publish(&event, &reference).await {
+    if let Err(e) = context.events.publish(&event, &reference).await {
         warn!(name = %unreadable.name, error = %e, "cannot record the SpecUnreadable Event");
     }
 }

@@ -13,6 +13,7 @@ pub mod clair;
 pub mod contest;
 pub mod decoded;
 pub mod error;
+pub mod events;
 pub mod service;
 pub mod templates;
 pub mod watch;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, error, info, warn};
 
@@ -386,7 +387,7 @@ async fn publish_transition(
 ) {
     use kube::runtime::events::{Event, EventType};
     let published = context
-        .recorder
+        .events
         .publish(
             &Event {
                 type_: if event.warning {
@@ -396,8 +397,8 @@ async fn publish_transition(
                 },
                 reason: event.reason.as_str().to_string(),
                 note: Some(event.note.clone()),
-                // The recorder folds Events with the same action and reason into one
-                // series; naming the edge keeps each kind of transition visible.
+                // The edge, so a reader filtering on the action sees each kind of
+                // transition.
                 action: match transition {
                     Some((from, to)) => format!("{from}To{to}"),
                     None => "Reconcile".to_string(),
@@ -430,7 +431,7 @@ fn names_secret(source: &crate::api::ConfigSource, name: &str) -> bool {
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: events::Events,
     pub capabilities: capabilities::Capabilities,
     pub retries: RetryPolicy,
     /// The images resources may run.
@@ -457,7 +458,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Arc::new(Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: events::Events::new(client.clone(), reporter),
             capabilities: capabilities::Capabilities::new(client.clone()),
             retries: RetryPolicy::default(),
             images: controllers.images.clone(),
