@@ -1,8 +1,8 @@
 //! Publishing Events without keeping them. kube's `Recorder` keeps every Event it published
 //! for six minutes, to fold a repeat into a series; while 1,000 Clairs converge that is
 //! about 9,000 Events, the largest single site of the operator's heap profile
-//! (docs/performance.md). The operator's Events do not repeat (one per phase transition,
-//! named by its edge; one per unreadable generation), so each is published through a fresh
+//! (docs/performance.md). The operator's Events rarely repeat within six minutes (one per
+//! phase transition; one per unreadable generation), so each is published through a fresh
 //! recorder and nothing stays: a Clair flapping between two phases records an Event per
 //! flip instead of a count on one.
 
