@@ -70,7 +70,9 @@ fn main() -> anyhow::Result<()> {
     let operator = PathBuf::from(
         args.iter()
             .find_map(|a| a.strip_prefix("--operator="))
-            .context("usage: clair-bench --operator=PATH [N...]")?,
+            .context(
+                "usage: clair-bench --operator=PATH [--memory-only] [--no-json] [N...] | clair-bench heap PROFILE",
+            )?,
     );
     let sizes: Vec<usize> = args
         .iter()

@@ -125,8 +125,8 @@ where
 }
 
 /// What the cache need not hold: the field managers' records and kubectl's copy of the last
-/// applied object (each about as large as the spec itself). Nothing reads them from the
-/// cache: a reconcile reads its resource fresh.
+/// applied object (each about as large as the spec itself). What the controllers take from
+/// the cache (spec, status, names, generation) never includes them.
 fn slim(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
     if let Some(annotations) = object.metadata.annotations.as_mut() {
