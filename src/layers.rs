@@ -5,8 +5,8 @@
 
 /// From the bottom up. A module may import modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
-    // Types and the files the code generates; the allocator's settings.
-    &["api", "generated", "allocator"],
+    // Types and the files the code generates; the allocator's settings; the API connection.
+    &["api", "generated", "allocator", "apiclient"],
     // Clair's config rules; connection strings, probes and budgets of databases.
     &["clairconfig", "database"],
     // The pure core: phase machines, builders of owned objects, CRD generation.

@@ -3,6 +3,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod apiclient;
 pub mod clairconfig;
 pub mod controller;
 pub mod crdgen;

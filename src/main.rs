@@ -521,7 +521,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         let config = kube::Config::infer()
             .await
             .map_err(|e| format!("cannot find the cluster's address and credentials: {e}"))?;
-        let client = kube::client::ClientBuilder::try_from(config)
+        let client = clair_operator::apiclient::builder(config)
             .map_err(|e| format!("cannot reach the cluster: {e}"))?
             .with_layer(&clair_operator::metrics::client::CountRequests::new(
                 telemetry.metrics.clone(),

@@ -11,7 +11,7 @@ use tower::{Layer, Service};
 
 use super::{Metrics, RequestLabels};
 
-/// The layer: `ClientBuilder::try_from(config)?.with_layer(&CountRequests::new(metrics))`.
+/// The layer: `apiclient::builder(config)?.with_layer(&CountRequests::new(metrics))`.
 #[derive(Clone, Debug)]
 pub struct CountRequests {
     metrics: Arc<Metrics>,

@@ -60,6 +60,42 @@ impl OperatorProcess {
         Ok(kib * 1024)
     }
 
+    /// How many TCP connections the process holds open to `port` on loopback: its sockets
+    /// (`/proc/PID/fd`) matched against the kernel's table of connections (`/proc/PID/net/tcp`,
+    /// `tcp6`), established ones only.
+    pub fn connections_to(&self, port: u16) -> anyhow::Result<usize> {
+        let pid = self.process.id();
+        let mut sockets = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+            // A descriptor closed since the listing is simply not counted.
+            if let Ok(target) = std::fs::read_link(entry?.path())
+                && let Some(inode) = target
+                    .to_str()
+                    .and_then(|t| t.strip_prefix("socket:["))
+                    .and_then(|t| t.strip_suffix(']'))
+            {
+                sockets.insert(inode.to_string());
+            }
+        }
+        let remote = format!(":{port:04X}");
+        let mut count = 0;
+        for table in ["tcp", "tcp6"] {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))?;
+            // Columns: sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            for line in text.lines().skip(1) {
+                let columns: Vec<&str> = line.split_whitespace().collect();
+                if let [_, _, rem, state, _, _, _, _, _, inode, ..] = columns[..]
+                    && rem.ends_with(&remote)
+                    && state == "01"
+                    && sockets.contains(inode)
+                {
+                    count += 1;
+                }
+            }
+        }
+        Ok(count)
+    }
+
     /// Fails with the end of its log if it has exited.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
         Ok(self.process.check_running()?)

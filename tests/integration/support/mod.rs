@@ -87,7 +87,7 @@ impl Operator {
                         Err(e) => return eprintln!("operator: kubeconfig: {e}"),
                     };
                     let telemetry = clair_operator::metrics::Telemetry::new();
-                    let client = match kube::client::ClientBuilder::try_from(config) {
+                    let client = match clair_operator::apiclient::builder(config) {
                         Ok(builder) => builder
                             .with_layer(&clair_operator::metrics::client::CountRequests::new(
                                 telemetry.metrics.clone(),
