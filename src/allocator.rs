@@ -2,22 +2,29 @@
 //! `cc`). A heap profile at 100 Clairs found 23 MiB live at the heap's peak; the same run
 //! without the profiler peaked at 50 MiB resident (22 of them before the first Clair):
 //! glibc keeps freed memory in per-thread arenas. Two arenas serve the runtime's threads,
-//! and freed pages go back to the kernel every half minute (docs/performance.md has what
-//! this and the Event change did).
+//! blocks of 128 KiB and more (response bodies, large lists) are mapped and unmapped on
+//! their own, and freed pages go back to the kernel every ten seconds (docs/performance.md
+//! has what these and the Event change did).
 
 use std::time::Duration;
 
-/// At most two malloc arenas. Call before any thread starts.
-pub fn limit_arenas() {
+/// Blocks this large or larger get a mapping of their own, returned to the kernel when freed.
+/// Setting it also stops glibc raising it (up to 32 MiB) each time a large block is freed,
+/// after which large buffers come from the arenas and leave holes there.
+const MMAP_THRESHOLD: libc::c_int = 128 * 1024;
+
+/// At most two malloc arenas, and a fixed mapping threshold. Call before any thread starts.
+pub fn configure() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called before other threads exist.
+    // SAFETY: mallopt only sets allocator parameters; called before other threads exist.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
 }
 
 /// How often freed memory is handed back.
-const TRIM_EVERY: Duration = Duration::from_secs(30);
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Hands freed memory back to the kernel every [`TRIM_EVERY`], forever.
 pub async fn trim_periodically() {

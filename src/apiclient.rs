@@ -8,9 +8,11 @@
 //! within 15 s (client-go's `ReadIdleTimeout` and `PingTimeout`). An apiserver or proxy that
 //! does not speak HTTP/2 still gets HTTP/1.1.
 //!
-//! The stack is kube's own otherwise, layer for layer: the cluster's address, its
-//! credentials (tokens re-read as they rotate), kube's retry of 429 and 503, the kubeconfig's
-//! extra headers. A kubeconfig with a proxy gets kube's default client unchanged.
+//! The stack is kube's own otherwise: the cluster's address, its credentials (tokens re-read
+//! as they rotate), kube's retry of 429 and 503, the kubeconfig's extra headers, the connect
+//! timeout. Left out: kube's debug-level HTTP spans, and its socket read and write timeouts
+//! (the pings find a stalled connection; one stream cannot time out the others' socket). A
+//! kubeconfig with a proxy gets kube's default client unchanged.
 
 use std::time::Duration;
 
@@ -18,9 +20,9 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::Config;
 use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
-use kube::Config;
 use tower::retry::RetryLayer;
 use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};

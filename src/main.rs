@@ -513,7 +513,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         // One JSON object per line, the reconcile span's fields included.
         LogFormat::Json => logs.json().with_current_span(true).init(),
     }
-    clair_operator::allocator::limit_arenas();
+    clair_operator::allocator::configure();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
         tokio::spawn(clair_operator::allocator::trim_periodically());
