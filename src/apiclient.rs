@@ -33,7 +33,8 @@ pub type ApiService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError
 /// How often an idle HTTP/2 connection is pinged, and how long an answer may take.
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
-/// A connection left idle this long is closed (kube's default pool never closes one).
+/// A connection left idle this long is closed (kube's default pool has no timer: an idle
+/// connection is only closed when the pool next looks at it).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// kube's `ClientBuilder` for `config`, over HTTP/2 where the apiserver offers it.

@@ -60,7 +60,7 @@ impl OperatorProcess {
         Ok(kib * 1024)
     }
 
-    /// How many TCP connections the process holds open to `port` on loopback: its sockets
+    /// How many TCP connections the process holds open to `port` (any address): its sockets
     /// (`/proc/PID/fd`) matched against the kernel's table of connections (`/proc/PID/net/tcp`,
     /// `tcp6`), established ones only.
     pub fn connections_to(&self, port: u16) -> anyhow::Result<usize> {
