@@ -76,6 +76,11 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
     .with_context(|| second.log())?;
     let converged = restarted.elapsed();
     second.check_running()?;
+    println!(
+        "| Clairs | Available at the kill | all Available after the restart |\n|---|---|---|\n| {CLAIRS} | {} | {:.1} s |",
+        available_at_kill.len(),
+        converged.as_secs_f64()
+    );
     // Every request and watch multiplexed on one HTTP/2 connection (over HTTP/1.1 each
     // request in flight held one of its own, and the pool kept them all).
     let port: u16 = env
@@ -89,11 +94,6 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
     ensure!(
         connections == 1,
         "the operator holds {connections} connections to the apiserver, not one"
-    );
-    println!(
-        "| Clairs | Available at the kill | all Available after the restart |\n|---|---|---|\n| {CLAIRS} | {} | {:.1} s |",
-        available_at_kill.len(),
-        converged.as_secs_f64()
     );
 
     // Nothing duplicated or orphaned: each Clair controls one of each.
