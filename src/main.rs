@@ -521,12 +521,9 @@ fn run(args: RunArgs) -> Result<(), String> {
         let config = kube::Config::infer()
             .await
             .map_err(|e| format!("cannot find the cluster's address and credentials: {e}"))?;
-        let client = clair_operator::apiclient::builder(config)
-            .map_err(|e| format!("cannot reach the cluster: {e}"))?
-            .with_layer(&clair_operator::metrics::client::CountRequests::new(
-                telemetry.metrics.clone(),
-            ))
-            .build();
+        let client =
+            clair_operator::metrics::client::counted_client(config, telemetry.metrics.clone())
+                .map_err(|e| format!("cannot reach the cluster: {e}"))?;
         tracing::info!("clair-operator starting");
         let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
             .await

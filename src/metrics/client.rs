@@ -11,7 +11,17 @@ use tower::{Layer, Service};
 
 use super::{Metrics, RequestLabels};
 
-/// The layer: `apiclient::builder(config)?.with_layer(&CountRequests::new(metrics))`.
+/// The operator's API client ([`crate::apiclient::builder`]) with every request counted.
+pub fn counted_client(
+    config: kube::Config,
+    metrics: Arc<Metrics>,
+) -> Result<kube::Client, kube::Error> {
+    Ok(crate::apiclient::builder(config)?
+        .with_layer(&CountRequests::new(metrics))
+        .build())
+}
+
+/// The counting layer, as [`counted_client`] puts it on the client.
 #[derive(Clone, Debug)]
 pub struct CountRequests {
     metrics: Arc<Metrics>,

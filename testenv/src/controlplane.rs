@@ -62,6 +62,8 @@ pub struct ControlPlane {
     dir: PathBuf,
     keep_dir: bool,
     server: String,
+    /// The apiserver's port (in `server`).
+    api_port: u16,
     ca_cert: String,
     tokens: Vec<(String, String)>,
     // Stopped first, while the apiserver still answers.
@@ -167,6 +169,7 @@ impl ControlPlane {
             dir,
             keep_dir: false,
             server: String::new(),
+            api_port: 0,
             ca_cert: pki.ca_cert,
             tokens,
             node: None,
@@ -194,6 +197,7 @@ impl ControlPlane {
             "127.0.0.1"
         };
         self.server = format!("https://{address}:{api_port}");
+        self.api_port = api_port;
         for user in self
             .tokens
             .iter()
@@ -513,6 +517,11 @@ impl ControlPlane {
     /// `https://127.0.0.1:PORT`.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The apiserver's port: `PORT` of [`ControlPlane::server`].
+    pub fn api_port(&self) -> u16 {
+        self.api_port
     }
 
     /// The control plane's folder: logs in `logs/`, kubeconfigs, certificates.

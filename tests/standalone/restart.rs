@@ -83,14 +83,7 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
     );
     // Every request and watch multiplexed on one HTTP/2 connection (over HTTP/1.1 each
     // request in flight held one of its own, and the pool kept them all).
-    let port: u16 = env
-        .plane
-        .server()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .context("the apiserver's address has no port")?;
-    let connections = second.connections_to(port)?;
+    let connections = second.connections_to(env.plane.api_port())?;
     ensure!(
         connections == 1,
         "the operator holds {connections} connections to the apiserver, not one"

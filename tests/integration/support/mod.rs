@@ -87,12 +87,11 @@ impl Operator {
                         Err(e) => return eprintln!("operator: kubeconfig: {e}"),
                     };
                     let telemetry = clair_operator::metrics::Telemetry::new();
-                    let client = match clair_operator::apiclient::builder(config) {
-                        Ok(builder) => builder
-                            .with_layer(&clair_operator::metrics::client::CountRequests::new(
-                                telemetry.metrics.clone(),
-                            ))
-                            .build(),
+                    let client = match clair_operator::metrics::client::counted_client(
+                        config,
+                        telemetry.metrics.clone(),
+                    ) {
+                        Ok(client) => client,
                         Err(e) => return eprintln!("operator: client: {e}"),
                     };
                     let listener = match tokio::net::TcpListener::from_std(metrics_listener) {
