@@ -186,6 +186,21 @@ struct RunArgs {
     /// Run without the admission webhook (and without re-rendering templates).
     #[arg(long)]
     no_webhook: bool,
+    /// Answer only callers with a TLS client certificate of this CA (PEM): the kube-apiserver,
+    /// given a webhook kubeconfig by its `--admission-control-config-file`. Only then do the
+    /// webhooks read the ConfigMaps and Secrets a request names to check it; without it
+    /// they answer anyone, from the request alone (docs/security.md, "The webhook's callers").
+    #[arg(long, env = "CLAIR_OPERATOR_WEBHOOK_CLIENT_CA")]
+    webhook_client_ca: Option<PathBuf>,
+    /// With `--webhook-client-ca`: the names (common name or DNS name) a caller's
+    /// certificate must carry one of, when the CA also issues other clients' certificates.
+    #[arg(
+        long,
+        env = "CLAIR_OPERATOR_WEBHOOK_CLIENT_NAMES",
+        value_delimiter = ',',
+        requires = "webhook_client_ca"
+    )]
+    webhook_client_names: Vec<String>,
     /// Image repositories resources may run, as prefixes (`quay.io/projectquay/,
     /// registry.example/clair`); every image when unset. Others are refused by the webhook
     /// and never rendered.
@@ -316,6 +331,13 @@ impl RunArgs {
             register: !self.no_webhook_registration,
             images: self.images(),
             namespaces: self.namespaces()?,
+            callers: match &self.webhook_client_ca {
+                Some(ca) => webhook::callers::Callers::Apiserver {
+                    ca: ca.clone(),
+                    names: self.webhook_client_names.clone(),
+                },
+                None => webhook::callers::Callers::Anyone,
+            },
         }))
     }
 }

@@ -200,6 +200,7 @@ fn webhook_definitions() -> Result<Value, Error> {
         images: Default::default(),
         // OLM scopes the webhooks to the OperatorGroup's namespaces itself.
         namespaces: Vec::new(),
+        callers: Default::default(),
     };
     let validating = serde_json::to_value(register::validating(&settings, "")).unwrap_or_default();
     let mutating = serde_json::to_value(register::mutating(&settings, "")).unwrap_or_default();

@@ -1,6 +1,8 @@
-//! Re-rendering templated configs: the templating webhook only sees writes to the templated
-//! object itself, so when a Secret or ConfigMap it references changes, this controller
-//! renders the template again and updates the output key.
+//! Rendering templated configs: the templating webhook checks and seals a template but never
+//! answers with its output (`webhook::templating`), so this controller writes the output key
+//! when a sealed template is written, and again whenever a Secret or ConfigMap it references
+//! changes. What it cannot render is said in a `TemplateNotRendered` Warning Event on the
+//! object.
 //!
 //! It renders with the operator's own access: who may read each reference was checked when
 //! the template was written, and a ConfigMap can never reference a Secret.
@@ -111,6 +113,9 @@ pub async fn run<K: Holder>(
             watch::every(),
             dependents(store, SourceKind::ConfigMap),
         )
+        // Each render holds at most 1 MiB of values (`templating::render`): a bound on how
+        // many run at once is a bound on what templates can make the operator hold.
+        .with_config(super::controller_config())
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile::<K>,
@@ -123,6 +128,34 @@ pub async fn run<K: Holder>(
             }
         })
         .await;
+}
+
+/// The reason of the Warning Event on a template that cannot be rendered.
+pub const NOT_RENDERED: &str = "TemplateNotRendered";
+
+/// Says on `object` why its template was not rendered (a reference missing, the output over
+/// its limit): the templating webhook no longer reads references for callers it cannot
+/// authenticate, so this is where the writer learns of it. The message names references and
+/// limits, never a value.
+async fn not_rendered<K: Holder>(context: &Context, object: &K, why: &str) {
+    use kube::runtime::events::{Event, EventType};
+    let reference = object.object_ref(&());
+    let event = Event {
+        type_: EventType::Warning,
+        reason: NOT_RENDERED.to_string(),
+        // Events longer than 1 KiB are refused.
+        note: Some(
+            format!("the template's output is not written: {why}")
+                .chars()
+                .take(1000)
+                .collect(),
+        ),
+        action: "Render".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = context.events.publish(&event, &reference).await {
+        warn!(name = %object.name_any(), error = %e, "cannot record the TemplateNotRendered Event");
+    }
 }
 
 async fn reconcile<K: Holder>(object: Arc<K>, context: Arc<Context>) -> Result<Action, Error> {
@@ -160,7 +193,8 @@ async fn reconcile<K: Holder>(object: Arc<K>, context: Arc<Context>) -> Result<A
     let rendered = match render(&context.client, &template, &kind, &namespace, None).await {
         Ok(rendered) => rendered,
         Err(e) => {
-            debug!(name = %object.name_any(), error = %e, "template not rendered");
+            info!(name = %object.name_any(), %namespace, error = %e, "template not rendered");
+            not_rendered(&context, object.as_ref(), &e.to_string()).await;
             return Ok(Action::requeue(Duration::from_secs(300)));
         }
     };

@@ -86,18 +86,18 @@ impl Template {
     }
 }
 
-/// The rendered output of `template` (of a `kind` object in `namespace`), as `user` may see
-/// it. `user: None` renders with the operator's own access: only for a template the webhook
-/// sealed (re-rendering after a referenced value changed; see [`seal`]).
-pub async fn render(
-    client: &Client,
-    template: &Template,
-    kind: &str,
-    namespace: &str,
-    user: Option<&UserInfo>,
-) -> Result<String, Refusal> {
+/// What a template will read, known from its text alone.
+struct Plan {
+    parsed: serde_json::Value,
+    format: crate::clairconfig::Format,
+    references: Vec<Reference>,
+}
+
+/// Parses `template` (of a `kind` object) and lists its references; refuses a ConfigMap that
+/// names a Secret. Reads nothing.
+fn plan(template: &Template, kind: &str) -> Result<Plan, Refusal> {
     let (parsed, _) = template::parse(&template.input_key, &template.input)?;
-    let output_format = template::format_of(&template.output_key)?;
+    let format = template::format_of(&template.output_key)?;
     let references = template::references(&parsed)?;
     if kind == "ConfigMap"
         && let Some(secret) = references.iter().find(|r| r.kind == SourceKind::Secret)
@@ -106,17 +106,56 @@ pub async fn render(
             "{secret}: a Secret's value is never written into a ConfigMap; keep this template in a Secret"
         )));
     }
+    Ok(Plan {
+        parsed,
+        format,
+        references,
+    })
+}
+
+/// The checks any caller of the templating webhook gets: the template itself, and whether
+/// `user` may get every object it names. Nothing is read, so a forged review learns nothing
+/// about the cluster but what an access review says.
+pub async fn check(
+    client: &Client,
+    template: &Template,
+    kind: &str,
+    namespace: &str,
+    user: &UserInfo,
+) -> Result<(), Refusal> {
+    for reference in &plan(template, kind)?.references {
+        check_access(client, user, namespace, reference).await?;
+    }
+    Ok(())
+}
+
+/// The rendered output of `template` (of a `kind` object in `namespace`), as `user` may see
+/// it. `user: None` renders with the operator's own access: only for a template the webhook
+/// sealed (see [`seal`]). What is read is held to the output's limit as it is read: every
+/// value appears in the output at least once, so more than that is refused at once, before
+/// the next object is fetched.
+pub async fn render(
+    client: &Client,
+    template: &Template,
+    kind: &str,
+    namespace: &str,
+    user: Option<&UserInfo>,
+) -> Result<String, Refusal> {
+    let plan = plan(template, kind)?;
     let mut values = BTreeMap::new();
-    for reference in &references {
+    let mut read = 0usize;
+    for reference in &plan.references {
         if let Some(user) = user {
             check_access(client, user, namespace, reference).await?;
         }
-        values.insert(
-            reference.clone(),
-            fetch(client, namespace, reference).await?,
-        );
+        let value = fetch(client, namespace, reference).await?;
+        read = read.saturating_add(value.len());
+        if read > crate::clairconfig::limits::MAX_DOCUMENT_BYTES {
+            return Err(template::too_large().into());
+        }
+        values.insert(reference.clone(), value);
     }
-    Ok(template::render(&parsed, output_format, &values)?)
+    Ok(template::render(&plan.parsed, plan.format, &values)?)
 }
 
 async fn check_access(

@@ -170,6 +170,14 @@ pub fn references(template: &Value) -> Result<Vec<Reference>, Error> {
     Ok(all)
 }
 
+/// The refusal of an output over [`limits::MAX_DOCUMENT_BYTES`].
+pub fn too_large() -> Error {
+    Error::TooLarge(format!(
+        "the rendered config would exceed {} bytes (1 MiB), the most a config may hold",
+        limits::MAX_DOCUMENT_BYTES
+    ))
+}
+
 /// Replaces the references in `value`'s strings, spending the text written from `left`: a
 /// value used ten thousand times stops at the limit instead of filling memory.
 fn substitute(
@@ -177,12 +185,6 @@ fn substitute(
     values: &BTreeMap<Reference, String>,
     left: &mut usize,
 ) -> Result<(), Error> {
-    let too_large = || {
-        Error::TooLarge(format!(
-            "the rendered config would exceed {} bytes (1 MiB), the most a config may hold",
-            limits::MAX_DOCUMENT_BYTES
-        ))
-    };
     let spend = |text: &str, left: &mut usize| -> Result<(), Error> {
         *left = left.checked_sub(text.len()).ok_or_else(too_large)?;
         Ok(())

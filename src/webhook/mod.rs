@@ -2,6 +2,7 @@
 //! that opt in by label, its certificate (generated, kept in a Secret, renewed and reloaded
 //! without a restart), and the webhook configuration that points the apiserver at it.
 
+pub mod callers;
 pub mod certs;
 pub mod register;
 pub mod replicas;

@@ -74,6 +74,8 @@ pub struct Settings {
     /// The namespaces the operator serves (`--namespaces`); every namespace when empty.
     /// The webhooks are called for objects in these only.
     pub namespaces: Vec<String>,
+    /// Who the server answers: the apiserver alone (by client certificate), or anyone.
+    pub callers: super::callers::Callers,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +86,8 @@ pub enum Error {
     Certificate(#[from] rcgen::Error),
     #[error("cannot load the webhook certificate: {0}")]
     Tls(std::io::Error),
+    #[error(transparent)]
+    Callers(#[from] super::callers::Error),
     #[error(
         "the mounted webhook certificate has no {0}, which the webhooks' caBundle needs: mount \
          the CA as ca.crt, or let the installer register the webhooks (--no-webhook-registration)"
@@ -436,14 +440,18 @@ async fn ensure_configuration(
     Ok(())
 }
 
+/// The server's TLS configuration for `bundle`, with the client CA read again.
+fn tls_config(
+    settings: &Settings,
+    bundle: &Bundle,
+) -> Result<std::sync::Arc<rustls::ServerConfig>, super::callers::Error> {
+    super::callers::server_config(&settings.callers, &bundle.cert, &bundle.key)
+        .map(std::sync::Arc::new)
+}
+
 /// Serves `bundle` from now on; false (said in the log) when it cannot be loaded.
-async fn reload(tls: &RustlsConfig, bundle: &Bundle) -> bool {
-    let loaded = tls
-        .reload_from_pem(
-            bundle.cert.clone().into_bytes(),
-            bundle.key.clone().into_bytes(),
-        )
-        .await;
+async fn reload(tls: &RustlsConfig, settings: &Settings, bundle: &Bundle) -> bool {
+    let loaded = tls_config(settings, bundle).map(|config| tls.reload_from_config(config));
     match loaded {
         Ok(()) => {
             info!("webhook certificate reloaded");
@@ -474,12 +482,7 @@ pub async fn run(
     if settings.register && serving.ca_cert.is_empty() {
         return Err(Error::NoMountedCa("ca.crt".to_string()));
     }
-    let tls = RustlsConfig::from_pem(
-        serving.cert.clone().into_bytes(),
-        serving.key.clone().into_bytes(),
-    )
-    .await
-    .map_err(Error::Tls)?;
+    let tls = RustlsConfig::from_config(tls_config(&settings, &serving)?);
     // Listening before the apiserver is told where to call.
     let listener = std::net::TcpListener::bind(settings.listen).map_err(Error::Tls)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -489,6 +492,7 @@ pub async fn run(
         images: settings.images.clone(),
         seal,
         metrics: telemetry.metrics.clone(),
+        authenticated: settings.callers.authenticated(),
     };
     let until_stopped = {
         let mut stopped = stopped.clone();
@@ -516,7 +520,7 @@ pub async fn run(
             // The installer publishes the CA of what it mounts: serve a new one at once.
             match current_certificate(&client, &settings).await {
                 Ok(bundle) if bundle != serving => {
-                    if reload(&tls, &bundle).await {
+                    if reload(&tls, &settings, &bundle).await {
                         serving = bundle;
                     }
                 }
@@ -549,7 +553,7 @@ pub async fn run(
         }
         match current_certificate(&client, &settings).await {
             Ok(bundle) if bundle != serving && pending.as_ref() == Some(&bundle) => {
-                if !reload(&tls, &bundle).await {
+                if !reload(&tls, &settings, &bundle).await {
                     continue;
                 }
                 (serving, pending) = (bundle, None);

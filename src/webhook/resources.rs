@@ -9,9 +9,10 @@ use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, ServiceSpec};
 use crate::images::{self, ImagePolicy};
 
 /// What the cluster holds, as far as the checks need it: the text of a referenced key, or
-/// why there is none.
+/// why there is none; `None` when it was not read (a caller who is not known to be the
+/// apiserver is told nothing about the cluster: `webhook::callers`).
 pub trait Lookup {
-    fn get(&self, source: &ConfigSource) -> Result<String, String>;
+    fn get(&self, source: &ConfigSource) -> Option<Result<String, String>>;
 }
 
 fn service_checks(
@@ -24,7 +25,8 @@ fn service_checks(
     let mut documents = Vec::new();
     for source in sources {
         match lookup.get(source) {
-            Ok(text) => documents.push(crate::clairconfig::Document {
+            None => {}
+            Some(Ok(text)) => documents.push(crate::clairconfig::Document {
                 name: source
                     .key()
                     .map(|k| format!("{} key {}", k.name, k.key))
@@ -33,7 +35,7 @@ fn service_checks(
                 text,
                 secret: source.secret.is_some(),
             }),
-            Err(missing) => warnings.push(format!(
+            Some(Err(missing)) => warnings.push(format!(
                 "{missing}: the service stays Pending until it exists"
             )),
         }
@@ -198,7 +200,7 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
 fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>) {
     let spec = &clair.spec;
     for dropin in &spec.dropins {
-        if let Err(missing) = lookup.get(dropin) {
+        if let Some(Err(missing)) = lookup.get(dropin) {
             warnings.push(format!(
                 "{missing}: the Clair stays Pending until it exists"
             ));
@@ -216,7 +218,7 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
                 config_map: None,
                 secret: Some(reference.clone()),
             };
-            if let Err(missing) = lookup.get(&source) {
+            if let Some(Err(missing)) = lookup.get(&source) {
                 warnings.push(format!("the {service} connection string: {missing}"));
             }
         }
@@ -236,12 +238,20 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
 pub struct Fetched(pub Vec<(ConfigSource, Result<String, String>)>);
 
 impl Lookup for Fetched {
-    fn get(&self, source: &ConfigSource) -> Result<String, String> {
+    fn get(&self, source: &ConfigSource) -> Option<Result<String, String>> {
         self.0
             .iter()
             .find(|(s, _)| s == source)
             .map(|(_, r)| r.clone())
-            .unwrap_or_else(|| Err("not looked up".to_string()))
+    }
+}
+
+/// Nothing read: the checks of what the request itself holds.
+pub struct Unread;
+
+impl Lookup for Unread {
+    fn get(&self, _: &ConfigSource) -> Option<Result<String, String>> {
+        None
     }
 }
 
@@ -253,13 +263,17 @@ mod tests {
     struct Cluster(Vec<(String, String)>);
 
     impl Lookup for Cluster {
-        fn get(&self, source: &ConfigSource) -> Result<String, String> {
-            let key = source.key().ok_or("no reference")?;
-            self.0
-                .iter()
-                .find(|(name, _)| *name == key.name)
-                .map(|(_, text)| text.clone())
-                .ok_or_else(|| format!("{} does not exist", key.name))
+        fn get(&self, source: &ConfigSource) -> Option<Result<String, String>> {
+            let Some(key) = source.key() else {
+                return Some(Err("no reference".to_string()));
+            };
+            Some(
+                self.0
+                    .iter()
+                    .find(|(name, _)| *name == key.name)
+                    .map(|(_, text)| text.clone())
+                    .ok_or_else(|| format!("{} does not exist", key.name)),
+            )
         }
     }
 
@@ -332,6 +346,21 @@ mod tests {
                 .is_some_and(|d| d.contains("spec.image evil.example/clair:1")),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn unread_sources_tell_nothing_and_the_request_is_still_checked() {
+        let policy = ImagePolicy::new(["quay.io/projectquay/".to_string()]);
+        let v = check(&indexer(json!({})), "Indexer", &Unread, &policy);
+        assert_eq!(v.denied, None);
+        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+        let v = check(
+            &indexer(json!({"image": "evil.example/clair:1"})),
+            "Indexer",
+            &Unread,
+            &policy,
+        );
+        assert!(v.denied.is_some(), "{v:?}");
     }
 
     #[test]

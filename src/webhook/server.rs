@@ -28,6 +28,9 @@ pub struct Shared {
     pub seal: Seal,
     /// Where admissions are counted.
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Whether every caller proved by certificate that it is the apiserver: only then is a
+    /// request's body trusted enough to read what it names (`webhook::callers`).
+    pub authenticated: bool,
 }
 
 /// The routes: one path per webhook.
@@ -103,6 +106,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         client,
         images,
         metrics,
+        authenticated,
         ..
     } = shared;
     answer(review, "resources", &metrics, |request| async move {
@@ -139,6 +143,14 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
                 }
             }
         }
+        // A caller not known to be the apiserver may have made the namespace up: what the
+        // resource names is left unread, and the answer holds only what the request does.
+        if !authenticated {
+            return conclude(
+                response,
+                resources::check(&resource, &resources::Unread, &images),
+            );
+        }
         let mut fetched = Vec::new();
         for source in sources {
             let found = match crate::sources::read_source(&client, &namespace, &source).await {
@@ -159,7 +171,13 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
 async fn template_config(State(shared): State<Shared>, Json(review): Review) -> Review {
     let metrics = shared.metrics.clone();
     answer(review, "template", &metrics, |request| async move {
-        let response = templating::admit(&shared.client, &shared.seal, &request).await;
+        let response = templating::admit(
+            &shared.client,
+            &shared.seal,
+            &request,
+            shared.authenticated,
+        )
+        .await;
         debug!(kind = %request.kind.kind, name = %request.name, allowed = response.allowed, "templating");
         response
     })

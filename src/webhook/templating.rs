@@ -1,25 +1,37 @@
-//! The templating webhook: answers an admission request for a ConfigMap or Secret labelled
-//! for templating with a patch that writes the rendered output (see [`crate::templating`]).
+//! The templating webhook: checks a ConfigMap or Secret labelled for templating and seals its
+//! template (see [`crate::templating`]). It never answers with a rendered value: whoever
+//! reaches its port could otherwise read through it what the operator may read (a forged
+//! review names any user and namespace). The output is written by the re-render controller,
+//! with the operator's own access, for what this webhook sealed.
 
-use base64::Engine;
 use kube::Client;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::templating::seal::{SEAL, Seal};
-use crate::templating::{Template, render};
+use crate::templating::{Template, check, render};
 
 /// JSON Pointer escaping of one path segment.
 fn pointer_segment(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// The admission answer: the request patched with the rendered output, or refused.
+/// The patch an admitted template gets: its seal, and nothing read from the cluster.
+fn seal_patch(stamp: &str) -> Result<json_patch::Patch, serde_json::Error> {
+    let path = format!("/metadata/annotations/{}", pointer_segment(SEAL));
+    serde_json::from_value(json!([{"op": "add", "path": path, "value": stamp}]))
+}
+
+/// The admission answer: the request patched with the template's seal, or refused. With an
+/// `authenticated` caller (the apiserver, by certificate) the template is also rendered, as
+/// a check whose output is dropped, so a missing reference or an output over the limit is
+/// refused at once; otherwise those are found by the re-render controller.
 pub async fn admit(
     client: &Client,
     seal: &Seal,
     request: &AdmissionRequest<DynamicObject>,
+    authenticated: bool,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     let Some(object) = &request.object else {
@@ -31,30 +43,53 @@ pub async fn admit(
         Ok(template) => template,
         Err(refusal) => return response.deny(refusal.to_string()),
     };
-    let user = Some(&request.user_info);
-    let rendered = match render(client, &template, kind, &namespace, user).await {
-        Ok(rendered) => rendered,
-        Err(refusal) => return response.deny(refusal.to_string()),
-    };
-    let output_key = &template.output_key;
-    // The seal that lets the re-render controller fill this template in again later.
-    let stamp = seal.stamp(&template.sealed(&namespace, kind));
-    let value = if kind == "Secret" {
-        Value::String(base64::engine::general_purpose::STANDARD.encode(rendered.as_bytes()))
+    let user = &request.user_info;
+    let checked = if authenticated {
+        render(client, &template, kind, &namespace, Some(user))
+            .await
+            .map(drop)
     } else {
-        Value::String(rendered)
+        check(client, &template, kind, &namespace, user).await
     };
-    let mut operations = Vec::new();
-    if object.data.get("data").is_none_or(Value::is_null) {
-        operations.push(json!({"op": "add", "path": "/data", "value": {}}));
+    if let Err(refusal) = checked {
+        return response.deny(refusal.to_string());
     }
-    operations.push(json!({"op": "add", "path": format!("/data/{}", pointer_segment(output_key)), "value": value}));
-    operations.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", pointer_segment(SEAL)), "value": stamp}));
-    match serde_json::from_value::<json_patch::Patch>(Value::Array(operations)) {
+    // The seal that lets the re-render controller fill this template in.
+    let stamp = seal.stamp(&template.sealed(&namespace, kind));
+    match seal_patch(&stamp) {
         Ok(patch) => match response.clone().with_patch(patch) {
             Ok(patched) => patched,
             Err(e) => response.deny(format!("cannot encode the patch: {e}")),
         },
         Err(e) => response.deny(format!("cannot build the patch: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn pointer_segments_are_escaped() {
+        assert_eq!(
+            pointer_segment("clair.projectquay.io/template-seal"),
+            "clair.projectquay.io~1template-seal"
+        );
+        assert_eq!(pointer_segment("a~b"), "a~0b");
+    }
+
+    #[test]
+    fn the_patch_holds_the_seal_alone() {
+        let patch = seal_patch("stamp").unwrap();
+        let Value::Array(operations) = serde_json::to_value(&patch).unwrap() else {
+            panic!("a patch is a list");
+        };
+        assert_eq!(
+            operations,
+            vec![
+                json!({"op": "add", "path": "/metadata/annotations/clair.projectquay.io~1template-seal", "value": "stamp"})
+            ]
+        );
     }
 }

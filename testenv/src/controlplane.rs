@@ -139,9 +139,34 @@ impl ControlPlane {
             ("sa.pub", &pki.service_account_public_key),
             ("kubelet-client.crt", &pki.kubelet_client_cert),
             ("kubelet-client.key", &pki.kubelet_client_key),
+            ("webhook-client-ca.crt", &pki.webhook_client_ca),
+            ("webhook-client.crt", &pki.webhook_client_cert),
+            ("webhook-client.key", &pki.webhook_client_key),
         ] {
             write(&dir.join(name), text)?;
         }
+        // The apiserver presents its webhook client certificate to every webhook that asks
+        // for one (a kubeconfig whose user `*` matches every webhook's host).
+        let webhook_kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+            dir.join("webhook-client.crt").display(),
+            dir.join("webhook-client.key").display()
+        );
+        write(&dir.join("webhook-kubeconfig.yaml"), &webhook_kubeconfig)?;
+        let plugin = |name: &str| {
+            format!(
+                "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+                dir.join("webhook-kubeconfig.yaml").display()
+            )
+        };
+        write(
+            &dir.join("admission.yaml"),
+            &format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+                plugin("ValidatingAdmissionWebhook"),
+                plugin("MutatingAdmissionWebhook")
+            ),
+        )?;
         let mut tokens = vec![
             (ADMIN.to_string(), random_token()?),
             (OPERATOR.to_string(), random_token()?),
@@ -259,6 +284,8 @@ impl ControlPlane {
                     path("kubelet-client.crt")
                 ),
                 format!("--kubelet-client-key={}", path("kubelet-client.key")),
+                // Its client certificate towards admission webhooks (`webhook_client_ca`).
+                format!("--admission-control-config-file={}", path("admission.yaml")),
                 "--kubelet-preferred-address-types=InternalIP".into(),
                 // Every write, one JSON line each: tests count who wrote what.
                 format!("--audit-policy-file={}", path("audit-policy.json")),
@@ -535,6 +562,13 @@ impl ControlPlane {
     }
 
     /// The CA that signed the apiserver's certificate, as PEM.
+    /// The CA of the apiserver's client certificate towards admission webhooks (its common
+    /// name [`crate::WEBHOOK_CLIENT_NAME`]): give it to an operator so that it answers the
+    /// apiserver alone (`--webhook-client-ca`).
+    pub fn webhook_client_ca(&self) -> PathBuf {
+        self.dir.join("webhook-client-ca.crt")
+    }
+
     pub fn ca_cert(&self) -> &str {
         &self.ca_cert
     }

@@ -7,7 +7,9 @@
 mod binaries;
 pub use binaries::repo_root;
 mod controlplane;
+pub mod forged;
 mod host;
+pub mod https;
 mod node;
 mod pki;
 mod postgres;
@@ -17,6 +19,7 @@ pub use binaries::Binaries;
 pub use binaries::clair_binaries;
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};
 pub use host::{NODE_IP, POD_CIDR};
+pub use pki::WEBHOOK_CLIENT_NAME;
 pub use postgres::Postgres;
 pub use process::Process;
 

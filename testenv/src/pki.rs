@@ -14,24 +14,35 @@ pub(crate) struct Pki {
     /// The apiserver's client certificate towards kubelets (logs, exec, port-forward).
     pub kubelet_client_cert: String,
     pub kubelet_client_key: String,
+    /// A CA of its own for the apiserver's client certificate towards admission webhooks,
+    /// and that certificate ([`WEBHOOK_CLIENT_NAME`]): an operator given this CA answers the
+    /// apiserver alone.
+    pub webhook_client_ca: String,
+    pub webhook_client_cert: String,
+    pub webhook_client_key: String,
 }
 
-pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "clair-testenv CA");
-    ca_params.key_usages = vec![
+/// The common name of the apiserver's webhook client certificate.
+pub const WEBHOOK_CLIENT_NAME: &str = "kube-apiserver-webhook-client";
+
+/// A CA named `name`: its PEM and an issuer of certificates signed by it.
+fn authority(name: &str) -> Result<(String, String, Issuer<'static, KeyPair>), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let ca_cert_pem = ca_cert.pem();
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca_params, ca_key);
+    let cert = params.self_signed(&key)?;
+    let key_pem = key.serialize_pem();
+    Ok((cert.pem(), key_pem, Issuer::new(params, key)))
+}
+
+pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
+    let (ca_cert_pem, ca_key_pem, issuer) = authority("clair-testenv CA")?;
 
     let serving_key = KeyPair::generate()?;
     // Loopback; a real node's address and the `kubernetes` Service (pods on a real node).
@@ -59,8 +70,20 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
     kubelet_client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let kubelet_client_cert = kubelet_client.signed_by(&kubelet_client_key, &issuer)?;
 
+    let (webhook_client_ca, _, webhook_issuer) = authority("clair-testenv webhook clients")?;
+    let webhook_client_key = KeyPair::generate()?;
+    let mut webhook_client = CertificateParams::new(Vec::<String>::new())?;
+    webhook_client
+        .distinguished_name
+        .push(DnType::CommonName, WEBHOOK_CLIENT_NAME);
+    webhook_client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let webhook_client_cert = webhook_client.signed_by(&webhook_client_key, &webhook_issuer)?;
+
     let service_account = KeyPair::generate()?;
     Ok(Pki {
+        webhook_client_ca,
+        webhook_client_cert: webhook_client_cert.pem(),
+        webhook_client_key: webhook_client_key.serialize_pem(),
         kubelet_client_cert: kubelet_client_cert.pem(),
         kubelet_client_key: kubelet_client_key.serialize_pem(),
         ca_cert: ca_cert_pem,

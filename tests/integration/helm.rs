@@ -219,6 +219,8 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         "logFormat=json",
         "replicas=3",
         "image.tag=0.2.0",
+        "webhook.clientCA.secretName=apiserver-webhook-client-ca",
+        "webhook.clientCA.names={kube-apiserver-webhook-client}",
     ];
     let rendered = match render("scanners", &options)? {
         Ok(text) => text,
@@ -276,6 +278,10 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         pod["volumes"][0]["secret"]["secretName"] == "clair-operator-webhook-cert",
         "{pod}"
     );
+    ensure!(
+        pod["volumes"][1]["secret"]["secretName"] == "apiserver-webhook-client-ca",
+        "{pod}"
+    );
     let env: BTreeMap<String, String> = container["env"]
         .as_array()
         .into_iter()
@@ -291,6 +297,14 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         ("CLAIR_OPERATOR_NAMESPACES", "team-a,team-b"),
         ("CLAIR_OPERATOR_ALLOWED_IMAGES", "quay.io/projectquay/"),
         ("CLAIR_OPERATOR_LOG_FORMAT", "json"),
+        (
+            "CLAIR_OPERATOR_WEBHOOK_CLIENT_CA",
+            "/var/run/webhook-client-ca/ca.crt",
+        ),
+        (
+            "CLAIR_OPERATOR_WEBHOOK_CLIENT_NAMES",
+            "kube-apiserver-webhook-client",
+        ),
     ] {
         ensure!(
             env.get(name).map(String::as_str) == Some(value),

@@ -6,6 +6,7 @@ mod clair;
 mod clairconfig;
 mod crds;
 mod faults;
+mod forged;
 mod hardening;
 mod helm;
 mod leaks;
@@ -46,6 +47,8 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         clair::the_rendered_configs_run_real_clair_services_and_updaters,
         clair::an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll,
         clair::a_resource_or_namespace_being_deleted_gets_nothing_applied,
+        forged::a_webhook_that_trusts_the_apiserver_alone_answers_no_one_else,
+        forged::a_webhook_open_to_anyone_answers_from_the_request_alone,
         hardening::config_bombs_are_refused_and_the_operator_keeps_serving,
         hardening::no_malformed_connection_string_leaks_its_password,
         hardening::a_resource_may_not_name_a_secret_its_writer_cannot_read,

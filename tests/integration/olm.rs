@@ -213,6 +213,7 @@ pub async fn the_operator_serves_olms_certificate_and_leaves_the_configurations_
         register: false,
         images: clair_operator::images::ImagePolicy::new(["registry.example/".to_string()]),
         namespaces: vec![ns.clone()],
+        callers: Default::default(),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let seal = clair_operator::templating::seal::Seal::from_key(vec![2; 32]);

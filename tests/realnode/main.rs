@@ -9,6 +9,7 @@
 mod support;
 
 mod fixtures;
+mod forged;
 mod managed;
 mod private_ca;
 mod rotation;
@@ -64,6 +65,7 @@ fn release_binary() -> anyhow::Result<std::path::PathBuf> {
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scan::a_clair_on_a_real_node_finds_a_known_vulnerability,
+        forged::forged_reviews_from_a_pod_and_the_host_get_nothing,
         managed::a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart,
         private_ca::a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle,
         rotation::a_rotated_ca_is_trusted_until_every_replica_serves_the_new_one,

@@ -319,6 +319,7 @@ pub async fn replicas_are_asked_which_ca_they_serve(env: &TestEnv) -> anyhow::Re
         register: true,
         images: ImagePolicy::new(Vec::<String>::new()),
         namespaces: Vec::new(),
+        callers: Default::default(),
     };
     ensure!(
         !replicas::all_serve(&client, &settings, &new.ca_cert).await?,

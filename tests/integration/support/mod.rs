@@ -53,7 +53,7 @@ impl Operator {
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        let webhook = webhook_settings()?;
+        let webhook = webhook_settings(plane)?;
         let metrics_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         metrics_listener.set_nonblocking(true)?;
         let metrics = metrics_listener.local_addr()?;
@@ -157,7 +157,7 @@ pub fn allowed_images() -> clair_operator::images::ImagePolicy {
     ])
 }
 
-fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
+fn webhook_settings(plane: &ControlPlane) -> anyhow::Result<webhook::register::Settings> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -173,6 +173,12 @@ fn webhook_settings() -> anyhow::Result<webhook::register::Settings> {
         register: true,
         images: allowed_images(),
         namespaces: Vec::new(),
+        // The apiserver alone, by its webhook client certificate, as a platform team that
+        // controls its control plane would run it (docs/security.md).
+        callers: webhook::callers::Callers::Apiserver {
+            ca: plane.webhook_client_ca(),
+            names: vec![clair_testenv::WEBHOOK_CLIENT_NAME.to_string()],
+        },
     })
 }
 

@@ -1,0 +1,243 @@
+//! Forged admission reviews (docs/security.md, "The webhook's callers"): a review written by
+//! hand, claiming a cluster administrator in another tenant's namespace, POSTed straight to
+//! the webhook. The suite's operator answers the apiserver alone (its client certificate):
+//! such a caller gets no answer at all. A webhook that answers anyone (no client CA, as the
+//! default install paths run it) answers, but with nothing it read: no Secret value, no
+//! ConfigMap content, not even whether they exist.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use clair_operator::webhook::register::{Settings, Target, run};
+use clair_operator::webhook::{CONFIGURATION_NAME, TEMPLATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH};
+use clair_testenv::forged;
+use clair_testenv::https::{self, Answer, Identity};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::api::Api;
+
+use crate::support::{TestEnv, eventually};
+
+/// Planted in the victim's Secret and in its ConfigMap's (invalid) config.
+const MARKER: &str = "Vict1mMarker";
+
+/// A victim namespace: Secret `victim` holding [`MARKER`], ConfigMap `victim-config` whose
+/// config is invalid because of it (an unredacted error would quote it).
+async fn victim(env: &TestEnv) -> anyhow::Result<String> {
+    let ns = env.namespace("victim").await?;
+    let objects = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: victim\nstringData:\n  value: {MARKER}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: victim-config\ndata:\n  config.yaml: \"log_level: {MARKER}\\n\"\n"
+    );
+    let applied = env.kubectl_run(&ns, &["apply", "--server-side", "-f", "-"], Some(&objects))?;
+    ensure!(applied.success, "{}", applied.stderr);
+    Ok(ns)
+}
+
+/// The suite operator's webhook: its loopback address and the CA it serves under.
+async fn suite_webhook(env: &TestEnv) -> anyhow::Result<(std::net::SocketAddr, String)> {
+    crate::webhook::webhook_registered(env).await?;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client().await?);
+    let configuration = api.get(CONFIGURATION_NAME).await?;
+    let config = &configuration
+        .webhooks
+        .unwrap_or_default()
+        .first()
+        .context("a webhook")?
+        .client_config
+        .clone();
+    let url = config
+        .url
+        .clone()
+        .context("the suite's webhook is called by URL")?;
+    let address = url
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .context("an address")?
+        .parse()?;
+    let ca = String::from_utf8(config.ca_bundle.clone().context("a caBundle")?.0)?;
+    Ok((address, ca))
+}
+
+/// A client certificate named as the apiserver's, from a CA of the attacker's own.
+fn impostor() -> anyhow::Result<(String, String)> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "not the cluster's");
+    ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let mut client = CertificateParams::new(Vec::<String>::new())?;
+    client
+        .distinguished_name
+        .push(DnType::CommonName, clair_testenv::WEBHOOK_CLIENT_NAME);
+    client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    Ok((client.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
+}
+
+pub async fn a_webhook_that_trusts_the_apiserver_alone_answers_no_one_else(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = victim(env).await?;
+    let (address, ca) = suite_webhook(env).await?;
+    let (cert, key) = impostor()?;
+    let reviews = [
+        (
+            TEMPLATE_CONFIG_PATH,
+            forged::template_review(&ns, "victim", "value"),
+        ),
+        (
+            VALIDATE_RESOURCE_PATH,
+            forged::resource_review(&ns, "victim-config"),
+        ),
+    ];
+    for (path, review) in &reviews {
+        for identity in [
+            None,
+            Some(Identity {
+                cert: &cert,
+                key: &key,
+            }),
+        ] {
+            let shown = if identity.is_some() {
+                "an impostor's certificate"
+            } else {
+                "no certificate"
+            };
+            let answer = https::post(address, "127.0.0.1", &ca, identity, path, review).await?;
+            ensure!(
+                matches!(answer, Answer::Refused(_)),
+                "a forged review to {path} with {shown} was answered: {answer:?}"
+            );
+        }
+    }
+    // The apiserver's own calls still get the full checks, reads included: a dry run of the
+    // same Indexer by an administrator is warned about the ConfigMap's invalid config.
+    let indexer = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Indexer\nmetadata:\n  name: checked\nspec:\n  config:\n    root:\n      configMap: {name: victim-config, key: config.yaml}\n";
+    let mut last = String::new();
+    eventually(
+        Duration::from_secs(30),
+        "the apiserver's call answered with reads",
+        || {
+            let outcome = env.kubectl_run(
+                &ns,
+                &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+                Some(indexer),
+            );
+            let ok = outcome
+                .as_ref()
+                .is_ok_and(|o| o.success && o.stderr.contains("log_level"));
+            if let Ok(o) = &outcome {
+                last = o.stderr.clone();
+            }
+            async move { Ok(ok) }
+        },
+    )
+    .await
+    .with_context(|| format!("last kubectl output: {last}"))
+}
+
+pub async fn a_webhook_open_to_anyone_answers_from_the_request_alone(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = victim(env).await?;
+    // A webhook server as the install paths run it by default: no client CA. Not registered
+    // with the apiserver: only this test calls it.
+    let dir = tempfile::tempdir()?;
+    let bundle = clair_operator::webhook::certs::issue(
+        &["127.0.0.1".to_string()],
+        None,
+        time::OffsetDateTime::now_utc(),
+    )?;
+    std::fs::write(dir.path().join("tls.crt"), &bundle.cert)?;
+    std::fs::write(dir.path().join("tls.key"), &bundle.key)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let settings = Settings {
+        name: "clair-operator-open-test".to_string(),
+        listen: address,
+        target: Target::Url(format!("https://{address}")),
+        hosts: vec!["127.0.0.1".to_string()],
+        namespace: "clair-operator".to_string(),
+        recheck: Duration::from_secs(60),
+        mounted: Some(dir.path().to_path_buf()),
+        register: false,
+        images: crate::support::allowed_images(),
+        namespaces: Vec::new(),
+        callers: Default::default(),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let seal = clair_operator::templating::seal::Seal::from_key(vec![7; 32]);
+    let server = tokio::spawn(run(
+        env.client().await?,
+        settings,
+        seal,
+        clair_operator::metrics::Telemetry::new(),
+        async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
+    let outcome = async {
+        let post = |path: &'static str, review: String| {
+            let ca = bundle.ca_cert.clone();
+            async move {
+                let mut answer = Answer::Refused(String::new());
+                for _ in 0..50 {
+                    answer = https::post(address, "127.0.0.1", &ca, None, path, &review).await?;
+                    if matches!(answer, Answer::Response(..)) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                match answer {
+                    Answer::Response(200, body) => Ok(body),
+                    other => anyhow::bail!("the open webhook did not answer {path}: {other:?}"),
+                }
+            }
+        };
+        // The template: admitted with its seal, and nothing of the Secret it names.
+        let answer = post(
+            TEMPLATE_CONFIG_PATH,
+            forged::template_review(&ns, "victim", "value"),
+        )
+        .await?;
+        let patch = forged::patch_of(&answer);
+        ensure!(
+            !answer.contains(MARKER) && !patch.contains(MARKER),
+            "the templating webhook answered a forged review with the Secret's value: {patch}"
+        );
+        ensure!(
+            patch.contains("template-seal") && !patch.contains("/data"),
+            "the answer's patch should hold the seal alone: {patch} (answer {answer})"
+        );
+        // The resource: neither the ConfigMap's content nor whether it exists.
+        for config_map in ["victim-config", "no-such-config"] {
+            let answer = post(
+                VALIDATE_RESOURCE_PATH,
+                forged::resource_review(&ns, config_map),
+            )
+            .await?;
+            ensure!(
+                !answer.contains(MARKER)
+                    && !answer.contains("log_level")
+                    && !answer.contains("does not exist"),
+                "the resource webhook told a forged review about ConfigMap {config_map}: {answer}"
+            );
+            let review: serde_json::Value = serde_json::from_str(&answer)?;
+            ensure!(
+                review["response"]["allowed"] == true,
+                "the request itself is fine: {answer}"
+            );
+        }
+        Ok(())
+    }
+    .await;
+    let _ = stop.send(true);
+    let _ = server.await;
+    outcome
+}
