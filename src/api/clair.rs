@@ -273,6 +273,7 @@ pub struct RoutingSpec {
     /// A `kubernetes.io/tls` Secret with the certificate served for `host`. TLS is
     /// terminated at the router; unset serves plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(crate::api::common::NAME_PATTERN))]
     pub tls_secret_name: Option<String>,
     /// IngressClass of the Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,14 +30,22 @@ pub struct ConfigSource {
     pub secret: Option<KeyReference>,
 }
 
+/// A Kubernetes object name (a DNS-1123 subdomain), as the apiserver requires of every
+/// ConfigMap and Secret. The operator puts the names it reads into request paths and its
+/// metrics; anything else (`x/y`, quotes) is refused where it is written.
+pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// A ConfigMap or Secret key, as the apiserver requires of every key.
+pub const KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
+
 /// A named object's key.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct KeyReference {
     /// Name of the ConfigMap or Secret.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), pattern(NAME_PATTERN))]
     pub name: String,
     /// Key within its `data`.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), pattern(KEY_PATTERN))]
     pub key: String,
 }
 
@@ -310,11 +318,11 @@ pub struct ProxySettings {
 pub struct CaBundle {
     /// Name of a ConfigMap whose keys are PEM certificates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), pattern(NAME_PATTERN))]
     pub config_map: Option<String>,
     /// Name of a Secret whose keys are PEM certificates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), pattern(NAME_PATTERN))]
     pub secret: Option<String>,
 }
 

@@ -86,6 +86,47 @@ where
     }
 }
 
+/// The resources the operator requests, by the name in their paths: a label value is one of
+/// these (or `other`), never a segment of a path, which may be built from a name a tenant
+/// wrote (`x/y",namespace="kube-system` would otherwise be a forged label).
+const RESOURCES: &[&str] = &[
+    "clairs",
+    "indexers",
+    "matchers",
+    "notifiers",
+    "configmaps",
+    "secrets",
+    "services",
+    "pods",
+    "namespaces",
+    "events",
+    "persistentvolumeclaims",
+    "serviceaccounts",
+    "deployments",
+    "replicasets",
+    "statefulsets",
+    "horizontalpodautoscalers",
+    "poddisruptionbudgets",
+    "cronjobs",
+    "jobs",
+    "ingresses",
+    "networkpolicies",
+    "routes",
+    "httproutes",
+    "servicemonitors",
+    "customresourcedefinitions",
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "subjectaccessreviews",
+    "selfsubjectaccessreviews",
+    "leases",
+    "endpointslices",
+    "securitycontextconstraints",
+];
+
+/// The subresources the operator requests.
+const SUBRESOURCES: &[&str] = &["status", "scale"];
+
 /// `(verb, resource)` of a request: `/api/v1/namespaces/NS/secrets/NAME` is a `get` of
 /// `secrets`, the same path without a name a `list` (`watch` with `watch=true`),
 /// `/apis/GROUP/VERSION/...` likewise; anything else (discovery) is `discovery`.
@@ -114,9 +155,16 @@ pub fn classify(method: &Method, uri: &Uri) -> (&'static str, String) {
     let Some(resource) = resource else {
         return ("get", "discovery".to_string());
     };
+    let known = |name: &str, set: &[&'static str]| {
+        set.iter().find(|k| **k == name).copied().unwrap_or("other")
+    };
     let resource = match subresource {
-        Some(sub) => format!("{resource}/{sub}"),
-        None => resource.to_string(),
+        Some(sub) => format!(
+            "{}/{}",
+            known(resource, RESOURCES),
+            known(sub, SUBRESOURCES)
+        ),
+        None => known(resource, RESOURCES).to_string(),
     };
     let watching = uri
         .query()
@@ -187,5 +235,16 @@ mod tests {
             ("get", "discovery".into())
         );
         assert_eq!(of(Method::GET, "/version"), ("get", "discovery".into()));
+    }
+
+    #[test]
+    fn a_name_in_the_path_never_becomes_a_label() {
+        // A ConfigMap named by a tenant, as it would reach the path unescaped.
+        let forged = r#"/api/v1/namespaces/a/configmaps/x/y",namespace="kube-system"#;
+        assert_eq!(of(Method::GET, forged), ("get", "configmaps/other".into()));
+        assert_eq!(
+            of(Method::GET, "/apis/example.com/v1/namespaces/a/widgets\\"),
+            ("list", "other".into())
+        );
     }
 }

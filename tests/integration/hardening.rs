@@ -291,6 +291,43 @@ pub async fn images_outside_the_allow_list_are_refused(env: &TestEnv) -> anyhow:
     Ok(())
 }
 
+/// Names that would have written forged labels into `/metrics` (a path segment taken as a
+/// subresource) or broken its parsing (a trailing quote or backslash): refused by the CRDs'
+/// name patterns before the operator sees them; the label values are a closed set anyway
+/// (unit test `a_name_in_the_path_never_becomes_a_label` in `src/metrics/client.rs`).
+pub async fn names_that_would_forge_metrics_are_refused(env: &TestEnv) -> anyhow::Result<()> {
+    let ns = env.namespace("names").await?;
+    let cases = [
+        (
+            "x/y\\\",namespace=\\\"kube-system",
+            "spec.config.root.configMap.name",
+        ),
+        ("ends-in-a-quote\\\"", "spec.config.root.configMap.name"),
+        ("ends-in-a-backslash\\\\", "spec.config.root.configMap.name"),
+    ];
+    for (name, field) in cases {
+        let indexer = format!(
+            "{{\"apiVersion\": \"clair.projectquay.io/v1alpha1\", \"kind\": \"Indexer\", \"metadata\": {{\"name\": \"forger\"}}, \"spec\": {{\"config\": {{\"root\": {{\"configMap\": {{\"name\": \"{name}\", \"key\": \"config.yaml\"}}}}}}}}}}"
+        );
+        let refused = env.kubectl_run(
+            &ns,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&indexer),
+        )?;
+        ensure!(
+            !refused.success
+                && refused.stderr.contains(field)
+                && refused.stderr.contains("should match"),
+            "a config name {name:?} was not refused naming {field}: {}",
+            refused.stderr
+        );
+    }
+    let fine = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Indexer\nmetadata:\n  name: fine\nspec:\n  config:\n    root:\n      configMap: {name: clair.config-1, key: config.yaml}\n";
+    let accepted = env.kubectl_run(&ns, &["create", "--dry-run=server", "-f", "-"], Some(fine))?;
+    ensure!(accepted.success, "{}", accepted.stderr);
+    Ok(())
+}
+
 pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> anyhow::Result<()> {
     use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Secret;
