@@ -4,6 +4,7 @@
 
 pub mod callers;
 pub mod certs;
+pub mod limits;
 pub mod register;
 pub mod replicas;
 pub mod resources;

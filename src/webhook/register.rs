@@ -493,6 +493,7 @@ pub async fn run(
         seal,
         metrics: telemetry.metrics.clone(),
         authenticated: settings.callers.authenticated(),
+        turns: server::Shared::turns(),
     };
     let until_stopped = {
         let mut stopped = stopped.clone();

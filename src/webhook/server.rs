@@ -31,15 +31,61 @@ pub struct Shared {
     /// Whether every caller proved by certificate that it is the apiserver: only then is a
     /// request's body trusted enough to read what it names (`webhook::callers`).
     pub authenticated: bool,
+    /// Turns to decide a review: [`CONCURRENT_REVIEWS`].
+    pub turns: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
-/// The routes: one path per webhook.
+impl Shared {
+    /// The turns a server's handlers share.
+    pub fn turns() -> std::sync::Arc<tokio::sync::Semaphore> {
+        std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_REVIEWS))
+    }
+}
+
+/// The largest review read. The apiserver takes request bodies of up to 3 MiB, and an
+/// update's review holds the object twice (old and new, the old at most etcd's 1.5 MiB):
+/// every review it can send fits, so none is answered with a 413 (which a webhook that fails
+/// open would let through unchecked).
+const MAX_REVIEW_BYTES: usize = 6 * 1024 * 1024;
+
+/// How long a request may take, from its first byte to the answer: the apiserver waits 5 s
+/// (10 s for templating) and gives up. A client that sends slowly is cut off here.
+const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a connection may take over its TLS handshake, and then over a request's
+/// headers.
+const HANDSHAKE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reviews decided at once (each may make access reviews and reads); the rest wait their
+/// turn. Bodies are read before a turn is taken, so slow senders hold none.
+const CONCURRENT_REVIEWS: usize = 16;
+
+/// The routes: one path per webhook, each request held to [`REQUEST_DEADLINE`] and
+/// [`MAX_REVIEW_BYTES`].
 pub fn router(shared: Shared) -> Router {
     Router::new()
         .route(VALIDATE_CONFIG_PATH, post(validate_config))
         .route(TEMPLATE_CONFIG_PATH, post(template_config))
         .route(VALIDATE_RESOURCE_PATH, post(validate_resource))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .layer(axum::middleware::from_fn(within_deadline))
         .with_state(shared)
+}
+
+/// Answers 408 when a request (reading its body included) passes [`REQUEST_DEADLINE`].
+async fn within_deadline(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(REQUEST_DEADLINE, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (
+            http::StatusCode::REQUEST_TIMEOUT,
+            "the request took longer than 10 s",
+        )
+            .into_response(),
+    }
 }
 
 type Review = Json<AdmissionReview<DynamicObject>>;
@@ -49,14 +95,17 @@ type Review = Json<AdmissionReview<DynamicObject>>;
 async fn answer<F, Fut>(
     review: AdmissionReview<DynamicObject>,
     webhook: &str,
-    metrics: &crate::metrics::Metrics,
+    shared: &Shared,
     decide: F,
 ) -> Review
 where
     F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
     Fut: std::future::Future<Output = AdmissionResponse>,
 {
+    let metrics = &shared.metrics;
     let start = std::time::Instant::now();
+    // Never closed, so a turn always comes; the deadline bounds the wait.
+    let _turn = shared.turns.acquire().await;
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let (response, verdict) = match request {
         Ok(request) => {
@@ -89,7 +138,7 @@ fn conclude(mut response: AdmissionResponse, verdict: validate::Verdict) -> Admi
 }
 
 async fn validate_config(State(shared): State<Shared>, Json(review): Review) -> Review {
-    answer(review, "config", &shared.metrics, |request| async move {
+    answer(review, "config", &shared, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
             return response;
@@ -105,11 +154,10 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
     let Shared {
         client,
         images,
-        metrics,
         authenticated,
         ..
-    } = shared;
-    answer(review, "resources", &metrics, |request| async move {
+    } = shared.clone();
+    answer(review, "resources", &shared, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
             return response;
@@ -169,8 +217,8 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
 }
 
 async fn template_config(State(shared): State<Shared>, Json(review): Review) -> Review {
-    let metrics = shared.metrics.clone();
-    answer(review, "template", &metrics, |request| async move {
+    let state = shared.clone();
+    answer(review, "template", &state, |request| async move {
         let response = templating::admit(
             &shared.client,
             &shared.seal,
@@ -199,8 +247,22 @@ pub async fn serve(
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
     listener.set_nonblocking(true)?;
-    axum_server::from_tcp_rustls(listener, tls)?
-        .handle(handle)
-        .serve(router(shared).into_make_service())
-        .await
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(HANDSHAKE_DEADLINE)
+        .acceptor(super::limits::Limited {
+            connections: super::limits::Connections::new(
+                super::limits::PER_PEER,
+                super::limits::TOTAL,
+            ),
+        });
+    let mut server = axum_server::from_tcp(listener)?
+        .acceptor(acceptor)
+        .first_request_timeout(HANDSHAKE_DEADLINE)
+        .handle(handle);
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_DEADLINE);
+    server.serve(router(shared).into_make_service()).await
 }

@@ -33,7 +33,7 @@ async fn victim(env: &TestEnv) -> anyhow::Result<String> {
 }
 
 /// The suite operator's webhook: its loopback address and the CA it serves under.
-async fn suite_webhook(env: &TestEnv) -> anyhow::Result<(std::net::SocketAddr, String)> {
+pub async fn suite_webhook(env: &TestEnv) -> anyhow::Result<(std::net::SocketAddr, String)> {
     crate::webhook::webhook_registered(env).await?;
     let api: Api<ValidatingWebhookConfiguration> = Api::all(env.client().await?);
     let configuration = api.get(CONFIGURATION_NAME).await?;
@@ -240,4 +240,94 @@ pub async fn a_webhook_open_to_anyone_answers_from_the_request_alone(
     let _ = stop.send(true);
     let _ = server.await;
     outcome
+}
+
+/// Slow clients (issue 31 point 5): connections from one address that send nothing, or
+/// half a request, hold only their share of the server and only for a few seconds; the
+/// apiserver's calls are answered meanwhile; a large review the apiserver can send (a 2.5 MiB
+/// resource) is read and answered, not refused with a 413 that the fail-open resource
+/// webhook would wave through.
+pub async fn the_webhook_answers_the_apiserver_while_slow_clients_hold_connections(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ns = env.namespace("slow").await?;
+    let (address, _) = suite_webhook(env).await?;
+    // From another loopback address than the apiserver's (127.0.0.1).
+    let attacker: std::net::IpAddr = "127.0.0.2".parse()?;
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..200 {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind((attacker, 0).into())?;
+        let mut stream = socket.connect(address).await?;
+        if i % 2 == 0 {
+            // Half a TLS record: a handshake that never finishes.
+            let _ = stream.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).await;
+        }
+        held.push(stream);
+    }
+    // Over the per-address bound, the server closes at once (once it has accepted them).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for stream in &mut held {
+        let mut byte = [0u8; 1];
+        // Closed: an end of stream, or a reset where the server dropped unread bytes.
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(20), stream.read(&mut byte)).await
+        {
+            refused += 1;
+        }
+    }
+    ensure!(
+        refused >= 200 - clair_operator::webhook::limits::PER_PEER,
+        "of 200 connections from one address only {refused} were closed at once (the bound is {})",
+        clair_operator::webhook::limits::PER_PEER
+    );
+    // The apiserver is still answered: an invalid labelled config is refused, naming the field.
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  labels:\n    clair.projectquay.io/validate-config: \"true\"\n  annotations:\n    clair.projectquay.io/config: config.yaml\ndata:\n  config.yaml: |\n    matcher:\n      period: 1d\n";
+    let answered = env.kubectl_run(&ns, &["apply", "--server-side", "-f", "-"], Some(bad))?;
+    ensure!(
+        !answered.success && answered.stderr.contains("matcher.period"),
+        "with slow clients holding connections the webhook did not answer the apiserver: {}",
+        answered.stderr
+    );
+    // The slow ones are cut off after the handshake deadline (5 s).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let mut still_open = 0;
+    for stream in &mut held {
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(20), stream.read(&mut byte)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {}
+            _ => still_open += 1,
+        }
+    }
+    ensure!(
+        still_open == 0,
+        "{still_open} slow connections still open after the handshake deadline"
+    );
+    drop(held);
+    // A 2.5 MiB Indexer with an image outside the allow-list: read and refused.
+    let filler: Vec<serde_json::Value> = (0..2500)
+        .map(|i| serde_json::json!({"name": format!("FILLER_{i}"), "value": "x".repeat(1000)}))
+        .collect();
+    let indexer = serde_json::json!({
+        "apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Indexer",
+        "metadata": {"name": "large"},
+        "spec": {"image": "evil.example/clair:1",
+                 "config": {"root": {"configMap": {"name": "cfg", "key": "config.yaml"}}},
+                 "pod": {"env": filler}},
+    })
+    .to_string();
+    let large = env.kubectl_run(
+        &ns,
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&indexer),
+    )?;
+    ensure!(
+        !large.success
+            && (large.stderr.contains("--allowed-images") || large.stderr.contains("spec.pod.env")),
+        "a 2.5 MiB Indexer with a forbidden image got through: {}",
+        large.stderr.chars().take(2000).collect::<String>()
+    );
+    Ok(())
 }

@@ -49,6 +49,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         clair::a_resource_or_namespace_being_deleted_gets_nothing_applied,
         forged::a_webhook_that_trusts_the_apiserver_alone_answers_no_one_else,
         forged::a_webhook_open_to_anyone_answers_from_the_request_alone,
+        forged::the_webhook_answers_the_apiserver_while_slow_clients_hold_connections,
         hardening::config_bombs_are_refused_and_the_operator_keeps_serving,
         hardening::no_malformed_connection_string_leaks_its_password,
         hardening::a_resource_may_not_name_a_secret_its_writer_cannot_read,
