@@ -116,8 +116,9 @@ pub struct Autoscaling {
     #[schemars(range(min = 1, max = 1000))]
     pub target_memory_utilization_percentage: Option<i32>,
     /// Further autoscaling/v2 metrics (for example a Clair request-rate metric through an
-    /// adapter), added to the CPU and memory targets.
+    /// adapter), added to the CPU and memory targets. At most 8.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub metrics: Vec<MetricSpec>,
     /// Scale-up and scale-down behaviour (stabilization windows, policies), as in
     /// autoscaling/v2.
@@ -147,6 +148,18 @@ pub struct ScratchVolume {
 #[x_kube(validation = Rule::new("!has(self.volumeMounts) || self.volumeMounts.all(m, !(m.mountPath in ['/config', '/var/tmp', '/tmp', '/import', '/export', '/var/run/certs']))")
     .message("volumeMounts: /config, /var/tmp, /tmp, /import, /export and /var/run/certs are the operator's own mount paths; mount elsewhere (extra CAs go in caBundle)")
     .field_path(".volumeMounts"))]
+#[x_kube(validation = Rule::new("!has(self.env) || self.env.all(e, !has(e.value) || size(e.value) <= 2048)")
+    .message("env: a value is at most 2048 characters; keep a larger one in a ConfigMap or Secret and use valueFrom")
+    .field_path(".env"))]
+#[x_kube(validation = Rule::new("!has(self.labels) || self.labels.all(k, size(k) <= 317 && size(self.labels[k]) <= 63)")
+    .message("labels: a key is at most 317 characters and a value at most 63, as Kubernetes allows on a pod")
+    .field_path(".labels"))]
+#[x_kube(validation = Rule::new("!has(self.nodeSelector) || self.nodeSelector.all(k, size(k) <= 317 && size(self.nodeSelector[k]) <= 63)")
+    .message("nodeSelector: a key is at most 317 characters and a value at most 63, as node labels are")
+    .field_path(".nodeSelector"))]
+#[x_kube(validation = Rule::new("!has(self.annotations) || self.annotations.all(k, size(k) <= 317 && size(self.annotations[k]) <= 2048)")
+    .message("annotations: a key is at most 317 characters and a value at most 2048")
+    .field_path(".annotations"))]
 pub struct PodOverrides {
     /// CPU and memory requests and limits of the Clair container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,24 +167,31 @@ pub struct PodOverrides {
     /// The scratch volume at `/var/tmp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch: Option<ScratchVolume>,
-    /// Node labels the pods must be scheduled on.
+    /// Node labels the pods must be scheduled on (at most 16).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
     pub node_selector: BTreeMap<String, String>,
-    /// Taints the pods tolerate.
+    /// Taints the pods tolerate (at most 16).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub tolerations: Vec<Toleration>,
     /// Node and pod affinity rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
-    /// How pods spread across zones and nodes.
+    /// How pods spread across zones and nodes (at most 8 constraints).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     /// Extra environment variables of the Clair container (for example `GOMAXPROCS` or
-    /// proxy settings). `CLAIR_MODE` and `CLAIR_CONF` are set by the operator.
+    /// proxy settings). `CLAIR_MODE` and `CLAIR_CONF` are set by the operator. At most 32,
+    /// each value at most 2048 characters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub env: Vec<EnvVar>,
-    /// Secrets with the credentials to pull the image (a private or mirrored registry).
+    /// Secrets with the credentials to pull the image (a private or mirrored registry), at
+    /// most 8.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// The ServiceAccount the pods run as (for a registry or policy bound to it); its token
     /// is not mounted. Default: the namespace's `default`.
@@ -183,11 +203,14 @@ pub struct PodOverrides {
     #[schemars(length(min = 1, max = 253))]
     pub priority_class_name: Option<String>,
     /// Extra labels on the pods (for cost allocation, mesh or policy selectors). The
-    /// operator's own `app.kubernetes.io/*` labels take precedence.
+    /// operator's own `app.kubernetes.io/*` labels take precedence. At most 32.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
     pub labels: BTreeMap<String, String>,
-    /// Extra annotations on the pods (a service mesh's, a log shipper's).
+    /// Extra annotations on the pods (a service mesh's, a log shipper's): at most 32, each
+    /// value at most 2048 characters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
     pub annotations: BTreeMap<String, String>,
     /// Extra CA certificates Clair trusts, for a registry, proxy or vulnerability source
     /// behind a private CA: every key of this ConfigMap or Secret (PEM) is mounted in

@@ -8,6 +8,7 @@ mod support;
 
 mod leader;
 mod load;
+mod memory;
 mod operator;
 mod outage;
 mod restart;
@@ -34,6 +35,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
         watches::unrelated_secrets_cost_their_metadata_only,
+        memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
         unreadable::unreadable_objects_are_named_and_stop_nothing_else,
         load::kwok_nodes_stay_ready_while_the_machine_is_saturated,
         // These two leave their Clairs behind while their namespace goes: last.
