@@ -444,6 +444,8 @@ pub struct Context {
     pub available_recheck: Duration,
     /// Owned objects another writer keeps changing.
     pub contests: contest::Contests,
+    /// External databases' connection checks, run apart from the reconciles.
+    pub probes: Arc<clair::probes::Probes>,
 }
 
 impl Context {
@@ -466,6 +468,7 @@ impl Context {
             metrics: controllers.telemetry.metrics.clone(),
             available_recheck: controllers.available_recheck,
             contests: Default::default(),
+            probes: Default::default(),
             health: controllers.telemetry.health.clone(),
             client,
         })

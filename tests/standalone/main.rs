@@ -6,6 +6,7 @@
 #[path = "../integration/support/mod.rs"]
 mod support;
 
+mod fairness;
 mod leader;
 mod load;
 mod memory;
@@ -36,6 +37,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
         watches::unrelated_secrets_cost_their_metadata_only,
         memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
+        fairness::a_tenant_whose_databases_never_answer_slows_no_one_else,
         unreadable::unreadable_objects_are_named_and_stop_nothing_else,
         load::kwok_nodes_stay_ready_while_the_machine_is_saturated,
         // These two leave their Clairs behind while their namespace goes: last.

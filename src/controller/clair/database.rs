@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::Api;
 use rustls::pki_types::CertificateDer;
 
+use super::probes;
 use crate::api::ConfigSource;
 use crate::api::ServiceKind;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
@@ -20,7 +21,7 @@ use crate::controller::error::ObserveError;
 use crate::controller::service::observe::read;
 use crate::database::budget::{self, Demand};
 use crate::database::connstring::{self, ConnSettings};
-use crate::database::probe::{self, FailureKind, ProbeOptions};
+use crate::database::probe::{FailureKind, ProbeOptions};
 use crate::machine::Reason;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
@@ -104,7 +105,7 @@ pub fn managed_state(
     }
 }
 
-fn failure_reason(kind: FailureKind) -> Reason {
+pub(super) fn failure_reason(kind: FailureKind) -> Reason {
     match kind {
         FailureKind::Misconfigured => Reason::DatabaseMisconfigured,
         FailureKind::AuthFailed => Reason::DatabaseAuthFailed,
@@ -207,34 +208,35 @@ pub async fn external(
             }
         }
     }
-    let checks = parsed.iter().map(|(role, settings)| {
-        let trusted = trusted.get(role).map(Vec::as_slice).unwrap_or_default();
-        async move {
-            let start = std::time::Instant::now();
-            let result = probe::probe_settings(settings, options, trusted).await;
-            (*role, settings, result, start.elapsed())
-        }
-    });
+    // Checked apart from the reconcile (`probes`): a database that never answers holds back
+    // its own Clair only.
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();
-    for (role, settings, result, took) in futures::future::join_all(checks).await {
-        let verdict = match &result {
-            Ok(_) => "ok",
-            Err(failure) => failure_reason(failure.kind).as_str(),
-        };
-        context.metrics.database_probed(verdict, took);
+    for (role, settings) in &parsed {
+        let trusted = trusted.get(role).map(Vec::as_slice).unwrap_or_default();
+        let key = probes::Key::new(
+            input.namespace,
+            input.name,
+            *role,
+            strings.get(role).map(String::as_str).unwrap_or_default(),
+            trusted,
+        );
+        let outcome =
+            context
+                .probes
+                .result(key, settings, options, trusted, context.metrics.clone());
         // The engine is where the string points, whether or not it answered.
         let engine = settings
             .hosts()
             .ok()
             .and_then(|hosts| hosts.first().map(|(h, p)| format!("{h}:{p}")));
-        match result {
-            Ok(probed) => {
+        match outcome {
+            probes::Outcome::Checked(Ok(probed)) => {
                 if let Some(engine) = &engine {
                     limits.insert(engine.clone(), probed.max_connections);
                 }
             }
-            Err(failure) => {
+            probes::Outcome::Checked(Err(failure)) => {
                 if let Some(engine) = &engine {
                     limits.entry(engine.clone()).or_insert(None);
                 }
@@ -243,9 +245,18 @@ pub async fn external(
                     format!("{role}: {}", failure.message),
                 ));
             }
+            probes::Outcome::Pending => {
+                if let Some(engine) = &engine {
+                    limits.entry(engine.clone()).or_insert(None);
+                }
+                failures.push((
+                    Reason::DatabaseNotChecked,
+                    format!("{role}: the first connection check is under way"),
+                ));
+            }
         }
         if let Some(engine) = engine {
-            engine_of.insert(role, engine);
+            engine_of.insert(*role, engine);
         }
     }
     Ok(external_state(

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod database;
 pub mod desired;
 pub mod observe;
+pub mod probes;
 pub mod updaters;
 
 use std::sync::Arc;
@@ -94,6 +95,8 @@ pub async fn run(
             referencing(store, super::names_secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))
+        // A database check that ended, apart from the reconcile (`probes`).
+        .reconcile_on(context.probes.woken())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, super::error_policy::<Clair>, context)
         .for_each(|result| async move {
