@@ -35,4 +35,7 @@ pub mod keys {
     pub const TEMPLATE_INPUT: &str = "clair.projectquay.io/template-input";
     /// Annotation: the key written by the templating webhook.
     pub const TEMPLATE_OUTPUT: &str = "clair.projectquay.io/template-output";
+    /// Pod annotation of a `Clair`'s services on a managed database: the UID of the engine's
+    /// pod they connect to. A replaced engine changes it, which rolls them.
+    pub const DATABASE_POD: &str = "clair.projectquay.io/database-pod";
 }

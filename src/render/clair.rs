@@ -268,15 +268,26 @@ pub fn child_config(input: &ClairInput) -> ConfigSpec {
     }
 }
 
-/// The service resource of `role`, of kind `K`.
-pub fn child<K: ClairService + Resource>(input: &ClairInput, role: ServiceKind) -> K {
+/// The service resource of `role`, of kind `K`. `database_pod`: the UID of the managed
+/// engine's pod it connects to, when known, as a pod annotation, so that the service rolls
+/// when the engine is replaced (its pooled connections would hang on the old address).
+pub fn child<K: ClairService + Resource>(
+    input: &ClairInput,
+    role: ServiceKind,
+    database_pod: Option<&str>,
+) -> K {
     let overrides = input.overrides(role).cloned().unwrap_or_default();
+    let mut pod = input.service_pod_settings(role);
+    if let Some(uid) = database_pod {
+        pod.annotations
+            .insert(crate::api::keys::DATABASE_POD.to_string(), uid.to_string());
+    }
     let spec = ServiceSpec {
         image: Some(input.service_image(role)),
         config: child_config(input),
         replicas: overrides.replicas.unwrap_or(1),
         autoscaling: overrides.autoscaling,
-        pod: input.service_pod_settings(role),
+        pod,
     };
     let mut object = K::with_spec(&input.child_name(role), spec);
     *object.meta_mut() = input.metadata(input.child_name(role), role.as_str());
@@ -894,12 +905,12 @@ mod tests {
             assert!(env.iter().any(|e| e.name == "TMPDIR"));
         }
         // The services inherit; the matcher's own settings win, its labels merge over.
-        let indexer: Indexer = child(&input, ServiceKind::Indexer);
+        let indexer: Indexer = child(&input, ServiceKind::Indexer, None);
         assert_eq!(
             indexer.spec.service.pod.priority_class_name.as_deref(),
             Some("scanners")
         );
-        let matcher: crate::api::Matcher = child(&input, ServiceKind::Matcher);
+        let matcher: crate::api::Matcher = child(&input, ServiceKind::Matcher, None);
         let pod = &matcher.spec.service.pod;
         assert_eq!(pod.priority_class_name.as_deref(), Some("matchers"));
         assert_eq!(pod.labels["team"], "matching");
@@ -936,12 +947,24 @@ mod tests {
             replicas: Some(3),
             ..Default::default()
         });
-        let indexer: Indexer = child(&input(&spec), ServiceKind::Indexer);
+        let indexer: Indexer = child(&input(&spec), ServiceKind::Indexer, None);
         assert_eq!(indexer.metadata.name.as_deref(), Some("clair-indexer"));
         let s = &indexer.spec.service;
         assert_eq!(s.replicas, 3);
         assert_eq!(s.image.as_deref(), Some("example/clair:4.9.0"));
         assert_eq!(s.config.root.secret.as_ref().unwrap().name, "clair-config");
         assert_eq!(s.config.dropins.len(), 1);
+        assert!(s.pod.annotations.is_empty());
+    }
+
+    #[test]
+    fn a_replaced_database_pod_changes_the_services_pods() {
+        let spec = spec();
+        let before: Indexer = child(&input(&spec), ServiceKind::Indexer, Some("uid-1"));
+        let after: Indexer = child(&input(&spec), ServiceKind::Indexer, Some("uid-2"));
+        let annotation =
+            |i: &Indexer| i.spec.service.pod.annotations[crate::api::keys::DATABASE_POD].clone();
+        assert_eq!(annotation(&before), "uid-1");
+        assert_ne!(annotation(&before), annotation(&after));
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use clair_operator::webhook::register::{Settings, Target, run};
+use clair_operator::webhook::register::{Settings, Target};
 use clair_operator::webhook::{CONFIGURATION_NAME, TEMPLATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH};
 use clair_testenv::forged;
 use clair_testenv::https::{self, Answer, Identity};
@@ -170,18 +170,7 @@ pub async fn a_webhook_open_to_anyone_answers_from_the_request_alone(
         namespaces: Vec::new(),
         callers: Default::default(),
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let seal = clair_operator::templating::seal::Seal::from_key(vec![7; 32]);
-    let server = tokio::spawn(run(
-        env.client().await?,
-        settings,
-        seal,
-        clair_operator::metrics::Telemetry::new(),
-        async move {
-            let mut stopped = stopped;
-            let _ = stopped.wait_for(|s| *s).await;
-        },
-    ));
+    let (stop, server) = crate::support::spawn_webhook(env.client().await?, settings, 7);
     let outcome = async {
         let post = |path: &'static str, review: String| {
             let ca = bundle.ca_cert.clone();

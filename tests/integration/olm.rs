@@ -179,7 +179,7 @@ fn configuration(
 pub async fn the_operator_serves_olms_certificate_and_leaves_the_configurations_to_olm(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    use clair_operator::webhook::register::{Settings, Target, run};
+    use clair_operator::webhook::register::{Settings, Target};
     let client = env.client().await?;
     let ns = env.namespace("olm-webhook").await?;
     // What OLM mounts: tls.crt and tls.key, no ca.crt (OLM publishes the CA itself).
@@ -215,18 +215,7 @@ pub async fn the_operator_serves_olms_certificate_and_leaves_the_configurations_
         namespaces: vec![ns.clone()],
         callers: Default::default(),
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let seal = clair_operator::templating::seal::Seal::from_key(vec![2; 32]);
-    let server = tokio::spawn(run(
-        client.clone(),
-        settings,
-        seal,
-        clair_operator::metrics::Telemetry::new(),
-        async move {
-            let mut stopped = stopped;
-            let _ = stopped.wait_for(|s| *s).await;
-        },
-    ));
+    let (stop, server) = crate::support::spawn_webhook(client.clone(), settings, 2);
     let csv = csv()?;
     let olm_name = format!("olm-{ns}");
     let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());

@@ -102,7 +102,15 @@ pub async fn forged_reviews_from_a_pod_and_the_host_get_nothing(
         );
     }
 
-    // From a pod in a tenant's namespace, through the webhook's Service.
+    // From a pod in a tenant's namespace, through the webhook's Service (by its address: the
+    // image's static busybox cannot resolve names).
+    let service_ip =
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), OPERATOR_NAMESPACE)
+            .get("clair-operator-webhook")
+            .await?
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .context("the webhook Service's address")?;
     let tenant = env.namespace("tenant").await?;
     let mut env_vars = Vec::new();
     let mut script = String::from("set -e\n");
@@ -111,7 +119,7 @@ pub async fn forged_reviews_from_a_pod_and_the_host_get_nothing(
         script.push_str(&format!(
             "printf '%s' \"$REVIEW{i}\" > /tmp/review{i}\necho '=== {what}'\n\
              wget -q -O- -T 10 --no-check-certificate --header 'Content-Type: application/json' \
-             --post-file /tmp/review{i} https://{WEBHOOK_HOST}{path}\necho\n"
+             --post-file /tmp/review{i} https://{service_ip}{path}\necho\n"
         ));
     }
     let pod: Pod = serde_json::from_value(serde_json::json!({

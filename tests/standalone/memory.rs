@@ -28,16 +28,9 @@ pub async fn what_tenants_make_the_operator_hold_is_bounded_in_total(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let (client, other) = fleet_namespace(env, "memory-other").await?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
-    let mut operator = OperatorProcess::start(
-        env,
-        "operator-memory",
-        &["--webhook-listen", &listen, "--webhook-url", &url],
-    )?;
+    let webhook = crate::operator::loopback_webhook()?;
+    let args: Vec<&str> = webhook.iter().map(String::as_str).collect();
+    let mut operator = OperatorProcess::start(env, "operator-memory", &args)?;
     let result = async {
         let tenant = env.namespace("memory-tenant").await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &tenant);

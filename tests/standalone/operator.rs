@@ -120,6 +120,20 @@ impl OperatorProcess {
 }
 
 /// Installs `deploy/namespaced` (`overlay`) or `deploy/base` as the README says.
+/// `--webhook-listen` and `--webhook-url` for a webhook on a free loopback port, which the
+/// apiserver calls by URL.
+pub fn loopback_webhook() -> anyhow::Result<Vec<String>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(vec![
+        "--webhook-listen".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--webhook-url".to_string(),
+        format!("https://127.0.0.1:{port}"),
+    ])
+}
+
 pub fn install(env: &TestEnv, overlay: &str) -> anyhow::Result<()> {
     let path = format!("{}/deploy/{overlay}", env!("CARGO_MANIFEST_DIR"));
     env.kubectl_ok(

@@ -46,25 +46,10 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
         notifier_dropin(&client, ns, "http://quay.example.com/notify").await?;
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
-    let mut operator = OperatorProcess::start(
-        env,
-        "operator-scoped",
-        &[
-            "--log-format",
-            "json",
-            "--namespaces",
-            &watched,
-            "--webhook-listen",
-            &listen,
-            "--webhook-url",
-            &url,
-        ],
-    )?;
+    let webhook = crate::operator::loopback_webhook()?;
+    let mut args = vec!["--log-format", "json", "--namespaces", &watched];
+    args.extend(webhook.iter().map(String::as_str));
+    let mut operator = OperatorProcess::start(env, "operator-scoped", &args)?;
     let result = async {
         create_clair(&client, &watched, "clair", external_spec()).await?;
         create_clair(&client, &other, "clair", external_spec()).await?;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use strum::VariantArray;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use rustls::pki_types::CertificateDer;
 
@@ -36,6 +37,10 @@ pub struct DatabaseState {
     pub engine_of: BTreeMap<ServiceKind, String>,
     /// Each engine's `max_connections`, when known.
     pub limits: BTreeMap<String, Option<u32>>,
+    /// The UID of each managed engine's pod, by engine: a new one means the engine was
+    /// replaced, and the services that use it are rolled (their pooled connections still
+    /// point at the old pod's address and would hang until TCP gives up).
+    pub engine_pods: BTreeMap<String, String>,
 }
 
 /// A managed database: ready when every engine has a ready pod. `passwords`: each role's,
@@ -48,8 +53,21 @@ pub async fn managed(
 ) -> Result<DatabaseState, ObserveError> {
     let engines = db::engines(input, managed);
     let sets: Api<StatefulSet> = Api::namespaced(context.client.clone(), input.namespace);
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), input.namespace);
     let mut not_ready = Vec::new();
+    let mut engine_pods = BTreeMap::new();
     for engine in &engines {
+        // A StatefulSet of one replica names its pod NAME-0; its status changes (watched)
+        // when the pod is replaced, so this is read again then.
+        let pod = format!("{}-0", engine.name);
+        let uid = pods
+            .get_metadata_opt(&pod)
+            .await
+            .map_err(ObserveError::reading(format!("Pod {pod}")))?
+            .and_then(|p| p.metadata.uid);
+        if let Some(uid) = uid {
+            engine_pods.insert(engine.name.clone(), uid);
+        }
         let ready = sets
             .get_opt(&engine.name)
             .await
@@ -64,7 +82,9 @@ pub async fn managed(
             not_ready.push(engine.name.clone());
         }
     }
-    Ok(managed_state(input, managed, passwords, &not_ready))
+    let mut state = managed_state(input, managed, passwords, &not_ready);
+    state.engine_pods = engine_pods;
+    Ok(state)
 }
 
 /// A managed database's state once its engines' readiness is known (`not_ready`: the
@@ -102,6 +122,7 @@ pub fn managed_state(
             .iter()
             .map(|e| (e.name.clone(), Some(max)))
             .collect(),
+        engine_pods: BTreeMap::new(),
     }
 }
 
@@ -310,6 +331,7 @@ fn external_state(
         },
         engine_of,
         limits,
+        engine_pods: BTreeMap::new(),
     }
 }
 

@@ -78,9 +78,9 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         stateful_sets,
         network_policies,
         jobs,
-        indexers: child::<Indexer>(input, actions),
-        matchers: child::<Matcher>(input, actions),
-        notifiers: child::<Notifier>(input, actions),
+        indexers: child::<Indexer>(input, observed, actions),
+        matchers: child::<Matcher>(input, observed, actions),
+        notifiers: child::<Notifier>(input, observed, actions),
         cron_jobs,
         ingresses,
         routes,
@@ -88,9 +88,21 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
     }
 }
 
-fn child<K: ClairService + Resource>(input: &ClairInput, actions: &ClairActions) -> Owned<K> {
+fn child<K: ClairService + Resource>(
+    input: &ClairInput,
+    observed: &Observed,
+    actions: &ClairActions,
+) -> Owned<K> {
+    let database = &observed.database;
+    let database_pod = database
+        .engine_of
+        .get(&K::KIND)
+        .and_then(|engine| database.engine_pods.get(engine))
+        .map(String::as_str);
     match actions.child(K::KIND) {
-        ChildAction::Apply => Owned::exactly().apply(render::child::<K>(input, K::KIND)),
+        ChildAction::Apply => {
+            Owned::exactly().apply(render::child::<K>(input, K::KIND, database_pod))
+        }
         ChildAction::Leave => Owned::at_least(),
         ChildAction::Remove => Owned::exactly(),
     }

@@ -537,3 +537,27 @@ pub fn operator_writes(env: &TestEnv, ns: &str, since: SystemTime) -> anyhow::Re
         .map(request_line)
         .collect())
 }
+
+/// A webhook server of a test's own (`webhook::register::run` with `settings`, sealing with a
+/// key of `key` bytes), until `true` is sent on the returned sender; its task's handle.
+pub fn spawn_webhook(
+    client: Client,
+    settings: webhook::register::Settings,
+    key: u8,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<(), webhook::register::Error>>,
+) {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let seal = clair_operator::templating::seal::Seal::from_key(vec![key; 32]);
+    let server = tokio::spawn(webhook::register::run(
+        client,
+        settings,
+        seal,
+        clair_operator::metrics::Telemetry::new(),
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
+    (stop, server)
+}
