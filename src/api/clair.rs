@@ -26,6 +26,14 @@ use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides
     derive = "PartialEq",
     derive = "Default",
     shortname = "clr",
+    // What the operator names after the Clair must be valid: Services (DNS-1035 labels) and
+    // pods whose labels hold their StatefulSet's or CronJob's name (63 characters at most).
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name: a Clair's name begins with a letter and holds lowercase letters, digits and '-' only: it names Services"),
+    validation = Rule::new("size(self.metadata.name) <= 43")
+        .message("metadata.name: at most 43 characters, so that NAME-updaters and NAME-database fit the 63 characters of a pod label"),
+    validation = Rule::new("!has(self.spec.database.managed) || !has(self.spec.database.managed.perService) || !self.spec.database.managed.perService || size(self.metadata.name) <= 34")
+        .message("metadata.name: at most 34 characters with database.managed.perService, so that NAME-database-notifier fits the 63 characters of a pod label"),
     printcolumn(
         name = "Phase",
         type_ = "string",

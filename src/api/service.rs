@@ -98,6 +98,9 @@ macro_rules! service_kind {
             status = "ServiceStatus",
             derive = "PartialEq",
             derive = "Default",
+            // It names its Deployment and Service (a DNS-1035 label).
+            validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63")
+                .message("metadata.name: begins with a letter, holds lowercase letters, digits and '-' only, at most 63 characters: it names the service's Service"),
             shortname = $short,
             scale(
                 spec_replicas_path = ".spec.replicas",

@@ -119,6 +119,16 @@ impl Applier<'_> {
                         name: name.clone(),
                         source,
                     })?;
+                    // Taken over only if the operator made it and nothing else controls it
+                    // (a kept Secret or claim of a deleted resource): never someone else's.
+                    if let Some(existing) = &read
+                        && !adoptable(existing)
+                    {
+                        return Err(ApplyError::NotOurs {
+                            kind: kind.clone(),
+                            name: name.clone(),
+                        });
+                    }
                     read.as_ref()
                 }
             };
@@ -218,6 +228,23 @@ impl Applier<'_> {
             debug!(kind, name, ?outcome, "applied");
         }
     }
+}
+
+/// Whether an object no owner controls may be taken over: the operator made it (its
+/// `managed-by` label) and no controller owns it now.
+fn adoptable(object: &impl Resource) -> bool {
+    let meta = object.meta();
+    let ours = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::api::labels::MANAGED_BY))
+        .is_some_and(|v| v == crate::api::labels::OPERATOR);
+    let controlled = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true));
+    ours && !controlled
 }
 
 fn controlled_by(object: &impl Resource, uid: &str) -> bool {
@@ -341,8 +368,27 @@ pub fn contains(actual: &Value, desired: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::contains;
+    use super::{adoptable, contains};
     use serde_json::json;
+
+    #[test]
+    fn only_what_the_operator_made_and_nobody_controls_is_taken_over() {
+        let secret = |value: serde_json::Value| -> k8s_openapi::api::core::v1::Secret {
+            serde_json::from_value(value).unwrap()
+        };
+        let kept = secret(json!({"metadata": {"name": "clair-database",
+            "labels": {"app.kubernetes.io/managed-by": "clair-operator"}}}));
+        assert!(adoptable(&kept), "a kept Secret of a deleted Clair");
+        let theirs = secret(json!({"metadata": {"name": "clair-database"}}));
+        assert!(
+            !adoptable(&theirs),
+            "someone else's object of the same name"
+        );
+        let controlled = secret(json!({"metadata": {"name": "clair-database",
+            "labels": {"app.kubernetes.io/managed-by": "clair-operator"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u", "controller": true}]}}));
+        assert!(!adoptable(&controlled), "another owner's object");
+    }
 
     #[test]
     fn an_object_with_defaults_contains_what_was_applied() {

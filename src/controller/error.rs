@@ -59,6 +59,12 @@ pub enum ApplyError {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "{kind} {name} exists and is not this resource's (another controller owns it, or the \
+         operator did not make it): it is left as it is; rename or delete it, or rename the \
+         resource"
+    )]
+    NotOurs { kind: String, name: String },
     #[error("serializing {kind} {name}: {source}")]
     Serialize {
         kind: String,
@@ -75,7 +81,7 @@ impl ApplyError {
             | ApplyError::Read { source, .. }
             | ApplyError::Write { source, .. }
             | ApplyError::Delete { source, .. } => Some(source),
-            ApplyError::Serialize { .. } => None,
+            ApplyError::Serialize { .. } | ApplyError::NotOurs { .. } => None,
         }
     }
 

@@ -328,6 +328,70 @@ pub async fn names_that_would_forge_metrics_are_refused(env: &TestEnv) -> anyhow
     Ok(())
 }
 
+/// Names the operator derives must be valid, and what it did not make is never taken over:
+/// a name whose derived names cannot be made is refused when written, naming the limit; an
+/// object of the same name someone else made is left as it is.
+pub async fn names_that_cannot_be_derived_are_refused_and_nothing_is_adopted(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let ns = env.namespace("derived").await?;
+    let create = ["create", "--dry-run=server", "-f", "-"];
+    let clair = |name: &str, per_service: bool| {
+        format!(
+            "apiVersion: clair.projectquay.io/v1alpha1\nkind: Clair\nmetadata:\n  name: {name}\nspec:\n  database:\n    managed: {{perService: {per_service}}}\n"
+        )
+    };
+    for (name, per_service, limit) in [
+        ("a".repeat(44), false, "at most 43 characters"),
+        ("b".repeat(35), true, "at most 34 characters"),
+        ("1clair".to_string(), false, "begins with a letter"),
+    ] {
+        let refused = env.kubectl_run(&ns, &create, Some(&clair(&name, per_service)))?;
+        ensure!(
+            !refused.success && refused.stderr.contains(limit),
+            "a Clair named {name:?} (perService {per_service}) was not refused naming {limit:?}: {}",
+            refused.stderr
+        );
+    }
+    let fine = env.kubectl_run(&ns, &create, Some(&clair(&"c".repeat(43), false)))?;
+    ensure!(fine.success, "{}", fine.stderr);
+    let indexer = |name: &str| {
+        format!(
+            "apiVersion: clair.projectquay.io/v1alpha1\nkind: Indexer\nmetadata:\n  name: {name}\nspec:\n  config:\n    root:\n      configMap: {{name: cfg, key: config.yaml}}\n"
+        )
+    };
+    let refused = env.kubectl_run(&ns, &create, Some(&indexer("9lives")))?;
+    ensure!(
+        !refused.success && refused.stderr.contains("begins with a letter"),
+        "{}",
+        refused.stderr
+    );
+    // Someone else's Service named as the Indexer's would be: left alone.
+    let theirs = "apiVersion: v1\nkind: Service\nmetadata:\n  name: taken\nspec:\n  selector: {app: theirs}\n  ports: [{port: 1234}]\n";
+    ensure!(
+        env.kubectl_run(&ns, &["create", "-f", "-"], Some(theirs))?
+            .success
+    );
+    let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(&indexer("taken")))?;
+    ensure!(created.success, "{}", created.stderr);
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let service = kube::Api::<Service>::namespaced(env.client().await?, &ns)
+        .get("taken")
+        .await?;
+    ensure!(
+        service.metadata.owner_references.is_none()
+            && service
+                .spec
+                .as_ref()
+                .and_then(|s| s.ports.as_ref())
+                .is_some_and(|p| p[0].port == 1234),
+        "someone else's Service was taken over: {:?}",
+        service.metadata
+    );
+    Ok(())
+}
+
 pub async fn a_template_the_webhook_never_saw_is_not_rendered(env: &TestEnv) -> anyhow::Result<()> {
     use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Secret;
