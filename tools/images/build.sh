@@ -7,6 +7,7 @@
 #   docker.io/library/postgres:17      a stand-in from Debian's PostgreSQL packages that
 #                                      honours the official image's entrypoint contract
 #   registry.k8s.io/pause:3.10         the pod sandbox (a static C program)
+#   clair-testenv.local/client:1       busybox and openssl: a tenant's pod sending requests
 #   quay.io/projectquay/clair-operator:TAG  the operator's release binary, non-root (65532),
 #                                      under the name and tag deploy/base/kustomization.yaml
 #                                      gives it
@@ -145,6 +146,18 @@ built+=("$(image docker.io/library/postgres:17 "$root" \
   --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
   --config.user 999:999 --config.stopsignal SIGINT \
   --config.exposedports 5432/tcp --config.volume /var/lib/postgresql/data)")
+
+# A tenant's client, for tests that send requests from a pod: busybox, whose wget speaks TLS
+# through openssl when it finds it (busybox's own TLS sends no signature_algorithms extension,
+# which rustls servers such as the operator's webhook refuse).
+command -v openssl >/dev/null 2>&1 || die "openssl is missing: install Debian's openssl"
+root="$work/client"
+base_rootfs "$root" 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' 'nobody:x:65534:'
+copy_with_libs "$root" "$(command -v openssl)"
+cp "$(command -v busybox)" "$root/bin/busybox"
+for applet in sh cat printf wget; do ln -sf busybox "$root/bin/$applet"; done
+built+=("$(image clair-testenv.local/client:1 "$root" \
+  --config.entrypoint /bin/sh --config.env PATH=/usr/bin:/bin --config.user 65534:65534)")
 
 # The operator, from its release binary, named as deploy/base names it.
 if [ -n "$operator" ]; then
