@@ -182,10 +182,21 @@ pub async fn request(
     token: Option<String>,
     body: Option<String>,
 ) -> anyhow::Result<(u16, String)> {
+    request_within(std::time::Duration::from_secs(30), method, url, token, body).await
+}
+
+/// As [`request`], given up after `timeout`.
+pub async fn request_within(
+    timeout: std::time::Duration,
+    method: &'static str,
+    url: String,
+    token: Option<String>,
+    body: Option<String>,
+) -> anyhow::Result<(u16, String)> {
     tokio::task::spawn_blocking(move || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(30)))
+            .timeout_global(Some(timeout))
             .build()
             .into();
         let auth = token.map(|t| format!("Bearer {t}"));

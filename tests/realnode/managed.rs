@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request};
+use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request_within};
 use crate::scan::{
     START, airgapped_dropin, dump_on_error, index, pods_serve_as_nobody, quay_token,
     restricted_namespace, service_url,
@@ -136,11 +136,13 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     // Nobody restarts anything: the operator rolls the services onto the new engine (their
     // pooled connections would hang on the old pod's address until TCP gives up), and the
     // kept report and a vulnerability report are served again within a minute of the new
-    // database pod being ready.
+    // database pod being ready (the matcher's answer is 202 "not yet initialized" until an
+    // updater runs, which it tells from its database).
     let ready_at = std::time::Instant::now();
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
     let matcher = service_url(&client, &ns, "clair-matcher").await?;
     let answer = std::sync::Mutex::new((0, String::new()));
+    let matcher_answer = std::sync::Mutex::new((0, String::new()));
     let recovered = crate::support::eventually(
         std::time::Duration::from_secs(60),
         "the index and vulnerability reports served again",
@@ -148,20 +150,43 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
             let report = format!("{indexer}/indexer/api/v1/index_report/{manifest}");
             let vulnerabilities =
                 format!("{matcher}/matcher/api/v1/vulnerability_report/{manifest}");
-            let (token, answer) = (token.clone(), &answer);
+            let (token, answer, matcher_answer) = (token.clone(), &answer, &matcher_answer);
             async move {
-                let (status, text) = request("GET", report, Some(token.clone()), None).await?;
+                // Briefly: a request that reaches a pod still holding dead connections hangs.
+                let within = std::time::Duration::from_secs(5);
+                let Ok((status, text)) =
+                    request_within(within, "GET", report, Some(token.clone()), None).await
+                else {
+                    return Ok(false);
+                };
                 let served = status == 200;
                 *answer.lock().expect("lock") = (status, text);
                 if !served {
                     return Ok(false);
                 }
-                let (status, _) = request("GET", vulnerabilities, Some(token), None).await?;
-                Ok(status == 200)
+                let matched =
+                    request_within(within, "GET", vulnerabilities, Some(token), None).await;
+                // 202 until an updater has run (none has here): the matcher answered after
+                // asking its database whether it has vulnerability data.
+                let ok = matched
+                    .as_ref()
+                    .is_ok_and(|(status, _)| *status == 200 || *status == 202);
+                *matcher_answer.lock().expect("lock") = match matched {
+                    Ok(answered) => answered,
+                    Err(e) => (0, format!("the matcher: {e}")),
+                };
+                Ok(ok)
             }
         },
     )
-    .await;
+    .await
+    .with_context(|| {
+        format!(
+            "the index report's last answer: {:?}; the vulnerability report's: {:?}",
+            answer.lock().map(|a| a.0),
+            matcher_answer.lock().map(|a| a.clone())
+        )
+    });
     dump_on_error(env, &ns, recovered)?;
     println!(
         "the services served again {:.1} s after the new database pod was ready",
