@@ -28,6 +28,14 @@ impl std::fmt::Display for Scope {
 }
 
 impl Scope {
+    /// Whether an object in `namespace` is in this scope.
+    pub fn holds(&self, namespace: Option<&str>) -> bool {
+        match self {
+            Scope::Cluster => true,
+            Scope::Namespace(own) => namespace == Some(own.as_str()),
+        }
+    }
+
     /// One scope per namespace, or the cluster when none is named.
     pub fn of(namespaces: &[String]) -> Vec<Scope> {
         if namespaces.is_empty() {

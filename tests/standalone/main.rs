@@ -10,6 +10,7 @@ mod fairness;
 mod leader;
 mod load;
 mod memory;
+mod namespaces;
 mod operator;
 mod outage;
 mod restart;
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
+        namespaces::tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served,
         watches::unrelated_secrets_cost_their_metadata_only,
         memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
         fairness::a_tenant_whose_databases_never_answer_slows_no_one_else,

@@ -81,12 +81,13 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
         available_at_kill.len(),
         converged.as_secs_f64()
     );
-    // Every request and watch multiplexed on one HTTP/2 connection (over HTTP/1.1 each
-    // request in flight held one of its own, and the pool kept them all).
+    // Requests and watches multiplexed on a few HTTP/2 connections (64 streams each, a next
+    // one opened only when those are full: `apiclient::Spread`), not one per request in
+    // flight as over HTTP/1.1 (147 at 100 Clairs, the pool keeping them all).
     let connections = second.connections_to(env.plane.api_port())?;
     ensure!(
-        connections == 1,
-        "the operator holds {connections} connections to the apiserver, not one"
+        (1..=4).contains(&connections),
+        "the operator holds {connections} connections to the apiserver, not one to four"
     );
 
     // Nothing duplicated or orphaned: each Clair controls one of each.

@@ -95,8 +95,14 @@ pub async fn run(
             referencing(store, super::names_secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))
-        // A database check that ended, apart from the reconcile (`probes`).
-        .reconcile_on(context.probes.woken())
+        // A database check that ended, apart from the reconcile (`probes`), for a Clair of
+        // this scope (every scope's controller hears every check).
+        .reconcile_on({
+            let scope = scope.clone();
+            context.probes.woken().filter(move |clair| {
+                futures::future::ready(scope.holds(clair.namespace.as_deref()))
+            })
+        })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, super::error_policy::<Clair>, context)
         .for_each(|result| async move {
