@@ -62,7 +62,8 @@ pub enum ApplyError {
     #[error(
         "{kind} {name} exists and is not this resource's (another controller owns it, or the \
          operator did not make it): it is left as it is; rename or delete it, or rename the \
-         resource"
+         resource. Right after a resource of the same name was deleted this is the old one's, \
+         which garbage collection removes: it clears by itself"
     )]
     NotOurs { kind: String, name: String },
     #[error("serializing {kind} {name}: {source}")]

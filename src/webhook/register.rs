@@ -473,6 +473,15 @@ pub async fn run(
     telemetry: crate::metrics::Telemetry,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    if let super::callers::Callers::Apiserver { names, .. } = &settings.callers
+        && names.is_empty()
+    {
+        warn!(
+            "--webhook-client-ca without --webhook-client-names: any certificate that CA signed is \
+             taken for the apiserver's (a cluster CA also signs kubelets' and nodes'); name the \
+             apiserver's webhook client certificate"
+        );
+    }
     // Alive while this loop runs; the server's own guard lives in the server's task.
     let looping = telemetry.health.alive("webhook certificate loop");
     looping.ready();

@@ -56,6 +56,10 @@ const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10)
 /// headers.
 const HANDSHAKE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Requests one HTTP/2 connection may have open at once. The apiserver opens more
+/// connections when it needs more.
+const STREAMS_PER_CONNECTION: u32 = 16;
+
 /// Reviews decided at once (each may make access reviews and reads); the rest wait their
 /// turn. Bodies are read before a turn is taken, so slow senders hold none.
 const CONCURRENT_REVIEWS: usize = 16;
@@ -264,5 +268,12 @@ pub async fn serve(
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HANDSHAKE_DEADLINE);
+    // Streams one HTTP/2 connection may have open: what one connection can make the server
+    // read at once (hyper's default is 200).
+    server
+        .http_builder()
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(STREAMS_PER_CONNECTION);
     server.serve(router(shared).into_make_service()).await
 }

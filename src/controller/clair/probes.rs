@@ -155,8 +155,9 @@ impl Probes {
 
     fn namespace_turns(&self, namespace: &str) -> Arc<Semaphore> {
         let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
-        // Namespaces with no check running are forgotten, so the map stays small.
-        namespaces.retain(|_, turns| turns.available_permits() < PER_NAMESPACE);
+        // Namespaces no check holds or waits for are forgotten, so the map stays small (a
+        // task spawned but not yet waiting holds a clone: it counts).
+        namespaces.retain(|_, turns| Arc::strong_count(turns) > 1);
         namespaces
             .entry(namespace.to_string())
             .or_insert_with(|| Arc::new(Semaphore::new(PER_NAMESPACE)))
@@ -176,6 +177,15 @@ impl Probes {
         tokio::spawn(async move {
             let result = {
                 let _turn = turns.acquire().await;
+                // Replaced (a new string) or forgotten while it waited: not worth a check.
+                let wanted = probes
+                    .entries
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains_key(&key);
+                if !wanted {
+                    return;
+                }
                 let start = Instant::now();
                 let checked = tokio::time::timeout(
                     PROBE_DEADLINE,
