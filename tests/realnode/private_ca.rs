@@ -51,7 +51,12 @@ pub async fn a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle(
         &ns,
         "clair",
         "DatabaseReady False for an unknown issuer",
-        |c| condition(c, "DatabaseReady").is_some_and(|c| c.status == "False"),
+        // Past the first check (checks run apart from the reconcile: until one ends, the
+        // database is not checked yet).
+        |c| {
+            condition(c, "DatabaseReady")
+                .is_some_and(|c| c.status == "False" && c.reason != "DatabaseNotChecked")
+        },
     )
     .await?;
     let message = &condition(&refused, "DatabaseReady")
