@@ -36,15 +36,16 @@ fn main() -> ExitCode {
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scope::an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles,
-        namespaces::tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served,
         watches::unrelated_secrets_cost_their_metadata_only,
-        memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
-        fairness::a_tenant_whose_databases_never_answer_slows_no_one_else,
         unreadable::unreadable_objects_are_named_and_stop_nothing_else,
         load::kwok_nodes_stay_ready_while_the_machine_is_saturated,
-        // These two leave their Clairs behind while their namespace goes: last.
         leader::a_killed_leader_hands_over_and_nothing_is_done_twice,
         restart::a_killed_operator_restarted_finishes_and_duplicates_nothing,
+        // The tenant attacks, after the tests that count requests and writes cluster-wide
+        // (each removes its namespaces when it ends, but hostile Clairs go slowly).
+        memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
+        fairness::a_tenant_whose_databases_never_answer_slows_no_one_else,
+        namespaces::tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served,
         // Last: it stops and starts the control plane's parts.
         outage::an_apiserver_restart_and_an_etcd_outage_are_ridden_out,
     ]

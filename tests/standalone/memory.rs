@@ -160,6 +160,8 @@ pub async fn what_tenants_make_the_operator_hold_is_bounded_in_total(
     }
     .await;
     let log = operator.log();
+    drop(operator);
+    crate::operator::remove_webhook_configurations(&client).await?;
     result.with_context(|| {
         format!(
             "operator log (tail):\n{}",

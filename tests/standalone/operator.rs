@@ -134,6 +134,32 @@ pub fn loopback_webhook() -> anyhow::Result<Vec<String>> {
     ])
 }
 
+/// Deletes the webhook configurations an operator process with a [`loopback_webhook`]
+/// registered, once it is gone: they would send every labelled write to a port nobody
+/// listens on (`failurePolicy: Fail`), and the next tests' operators could write no config.
+pub async fn remove_webhook_configurations(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use kube::api::{Api, DeleteParams};
+    let name = clair_operator::webhook::CONFIGURATION_NAME;
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    crate::support::eventually(
+        std::time::Duration::from_secs(10),
+        "webhook configurations gone",
+        || {
+            let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+            async move { Ok(api.get_opt(name).await?.is_none()) }
+        },
+    )
+    .await
+}
+
 pub fn install(env: &TestEnv, overlay: &str) -> anyhow::Result<()> {
     let path = format!("{}/deploy/{overlay}", env!("CARGO_MANIFEST_DIR"));
     env.kubectl_ok(

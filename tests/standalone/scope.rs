@@ -6,16 +6,13 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Indexer, Phase};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 
 use crate::operator::{OperatorProcess, requests_since};
 use crate::support::clair::{
     create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
 };
-use crate::support::{TestEnv, eventually, request_line};
+use crate::support::{TestEnv, request_line};
 
 const OVERLAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced");
 
@@ -135,21 +132,6 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
     .await;
     drop(operator);
     // Its webhook configurations would call a port nobody listens on any more.
-    let name = clair_operator::webhook::CONFIGURATION_NAME;
-    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    eventually(
-        Duration::from_secs(10),
-        "webhook configurations gone",
-        || {
-            let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
-            async move { Ok(api.get_opt(name).await?.is_none()) }
-        },
-    )
-    .await?;
+    crate::operator::remove_webhook_configurations(&client).await?;
     result
 }
