@@ -204,6 +204,7 @@ pub async fn external(
     input: &ClairInput<'_>,
     external: &ExternalDatabase,
     options: ProbeOptions,
+    ready_before: bool,
 ) -> Result<DatabaseState, ObserveError> {
     let ExternalStrings {
         strings,
@@ -270,10 +271,14 @@ pub async fn external(
                 if let Some(engine) = &engine {
                     limits.entry(engine.clone()).or_insert(None);
                 }
-                failures.push((
-                    Reason::DatabaseNotChecked,
-                    format!("{role}: the first connection check is under way"),
-                ));
+                // A restarted operator has no result yet: a database ready before stays so
+                // until its check ends (a Clair must not flap because the operator restarted).
+                if !ready_before {
+                    failures.push((
+                        Reason::DatabaseNotChecked,
+                        format!("{role}: the first connection check is under way"),
+                    ));
+                }
             }
         }
         if let Some(engine) = engine {

@@ -94,8 +94,19 @@ pub async fn observe(
             (state, Some(passwords))
         }
         (None, Some(external)) => {
-            let state =
-                database::external(context, input, external, ProbeOptions::default()).await?;
+            let ready_before = clair.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "DatabaseReady" && c.status == "True")
+            });
+            let state = database::external(
+                context,
+                input,
+                external,
+                ProbeOptions::default(),
+                ready_before,
+            )
+            .await?;
             (state, None)
         }
         (None, None) => return Err(Error::MissingField("spec.database.managed or .external")),
