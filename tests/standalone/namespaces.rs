@@ -25,16 +25,7 @@ pub async fn tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
-    crate::operator::install(env, "namespaced")?;
-    env.kubectl_ok(
-        "default",
-        &[
-            "delete",
-            "clusterrolebinding",
-            "clair-operator",
-            "--ignore-not-found",
-        ],
-    )?;
+    crate::operator::install_namespaced(env)?;
     let mut namespaces = Vec::new();
     for i in 0..NAMESPACES {
         let ns = env.namespace(&format!("many-{i}")).await?;

@@ -160,6 +160,22 @@ pub async fn remove_webhook_configurations(client: &kube::Client) -> anyhow::Res
     .await
 }
 
+/// `deploy/namespaced` as the README installs it, without the cluster-wide binding an
+/// earlier test's `deploy/base` left: RoleBindings per namespace are then the only grants.
+pub fn install_namespaced(env: &TestEnv) -> anyhow::Result<()> {
+    install(env, "namespaced")?;
+    env.kubectl_ok(
+        "default",
+        &[
+            "delete",
+            "clusterrolebinding",
+            "clair-operator",
+            "--ignore-not-found",
+        ],
+    )?;
+    Ok(())
+}
+
 pub fn install(env: &TestEnv, overlay: &str) -> anyhow::Result<()> {
     let path = format!("{}/deploy/{overlay}", env!("CARGO_MANIFEST_DIR"));
     env.kubectl_ok(

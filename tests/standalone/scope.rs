@@ -24,16 +24,7 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
     let other = env.namespace("scoped-c").await?;
     // As the README installs it: the overlay, then a RoleBinding in each watched namespace
     // (and no cluster-wide binding a test before may have left).
-    crate::operator::install(env, "namespaced")?;
-    env.kubectl_ok(
-        "default",
-        &[
-            "delete",
-            "clusterrolebinding",
-            "clair-operator",
-            "--ignore-not-found",
-        ],
-    )?;
+    crate::operator::install_namespaced(env)?;
     env.kubectl_ok(
         &watched,
         &["apply", "-f", &format!("{OVERLAY}/watched-namespace.yaml")],
