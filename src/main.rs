@@ -77,7 +77,8 @@ enum Command {
         namespace: String,
         /// What the target cluster serves beyond Kubernetes itself: `route` (OpenShift
         /// Routes), `httproute` (Gateway API), `servicemonitor` (Prometheus Operator),
-        /// `scc` (OpenShift: pods leave their user to the platform).
+        /// `scc` (OpenShift: pods leave their user to the platform), `scaledobject`
+        /// (KEDA).
         #[arg(long, value_enum, value_delimiter = ',')]
         serves: Vec<Served>,
         /// As `run --allowed-images`: images outside these prefixes are refused.
@@ -139,6 +140,7 @@ fn main() -> ExitCode {
                 routes: serves.contains(&Served::Route),
                 http_routes: serves.contains(&Served::Httproute),
                 service_monitors: serves.contains(&Served::Servicemonitor),
+                scaled_objects: serves.contains(&Served::Scaledobject),
                 images: clair_operator::images::ImagePolicy::new(allowed_images),
             };
             render(&files, output, &options)
@@ -368,6 +370,8 @@ enum Served {
     Httproute,
     Servicemonitor,
     Scc,
+    /// KEDA's ScaledObject.
+    Scaledobject,
 }
 
 fn render(

@@ -54,10 +54,12 @@ pub struct Options {
     pub namespace: String,
     /// OpenShift: pods leave their user to the platform.
     pub users: PodUsers,
-    /// The cluster serves OpenShift Routes, Gateway API HTTPRoutes, ServiceMonitors.
+    /// The cluster serves OpenShift Routes, Gateway API HTTPRoutes, ServiceMonitors, KEDA's
+    /// ScaledObjects.
     pub routes: bool,
     pub http_routes: bool,
     pub service_monitors: bool,
+    pub scaled_objects: bool,
     /// `--allowed-images`, as the operator would run with.
     pub images: ImagePolicy,
 }
@@ -616,12 +618,21 @@ fn service_objects<K: ServiceResource>(
         ))
         .map_err(|e| fail(e.to_string()))?,
     };
+    let (config, snapshot) = match service_observe::keda_refusal(spec, options.scaled_objects) {
+        Some(message) => (
+            crate::machine::observation::ConfigObservation::Invalid { message },
+            None,
+        ),
+        None => (config, snapshot),
+    };
     let observed = service_observe::Observed {
         config,
         snapshot,
         deployment: None,
         service_monitors: options.service_monitors,
+        scaled_objects: options.scaled_objects,
         autoscaler: None,
+        engine_switching: false,
     };
     let input = ServiceInput {
         kind: K::KIND,
@@ -647,6 +658,7 @@ fn service_objects<K: ServiceResource>(
         disruption_budgets,
         autoscalers,
         service_monitors,
+        scaled_objects,
     } = service::desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
     let mut out = Vec::new();
     let written = (|| {
@@ -655,7 +667,8 @@ fn service_objects<K: ServiceResource>(
         values(&services, &mut out)?;
         values(&disruption_budgets, &mut out)?;
         values(&autoscalers, &mut out)?;
-        values(&service_monitors, &mut out)
+        values(&service_monitors, &mut out)?;
+        values(&scaled_objects, &mut out)
     })();
     written.map_err(|e| fail(e.to_string()))?;
     Ok(out)

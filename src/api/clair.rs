@@ -85,6 +85,10 @@ use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides
     "!has(self.database.external) || (has(self.notifier) && has(self.notifier.enabled) && !self.notifier.enabled) || has(self.database.external.notifier)")
     .message("database.external.notifier is required while the notifier is enabled: name its connection string, or set notifier.enabled to false")
     .field_path(".database.external"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.matcher) || !has(self.matcher.autoscaling) || (has(self.updaters) && has(self.updaters.mode) && self.updaters.mode == 'CronJob')")
+    .message("an autoscaled matcher needs updaters.mode: CronJob: with the matcher running the updaters, every pod the autoscaler adds starts a full updater run")
+    .field_path(".updaters"))]
 pub struct ClairSpec {
     /// The Clair image of every service, unless a service names its own. Default
     /// `quay.io/projectquay/clair:4.9.0`. A change of Clair version runs the
@@ -144,7 +148,8 @@ pub struct ServiceOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub replicas: Option<i32>,
-    /// Run a HorizontalPodAutoscaler instead of a fixed replica count.
+    /// Run an autoscaler (a HorizontalPodAutoscaler, or a KEDA ScaledObject) instead of a
+    /// fixed replica count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
     /// Settings of the pods: resources, scratch volume, scheduling and environment.

@@ -88,13 +88,32 @@ pub struct ConfigSpec {
     pub dropins: Vec<ConfigSource>,
 }
 
-/// A HorizontalPodAutoscaler for the service. Without it, `replicas` governs.
+/// An autoscaler for the service: a HorizontalPodAutoscaler on resource metrics (`HPA`, the
+/// default) or a KEDA ScaledObject on Clair's own metrics in Prometheus (`KEDA`). Without
+/// it, `replicas` governs. One engine per service, never two at once.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.minReplicas) || self.minReplicas <= self.maxReplicas")
     .message("minReplicas must not exceed maxReplicas")
     .field_path(".minReplicas"))]
+#[x_kube(validation = Rule::new("!has(self.engine) || self.engine != 'KEDA' || has(self.keda)")
+    .message("engine KEDA needs keda.prometheusAddress: the Prometheus that scrapes this Clair")
+    .field_path(".keda"))]
+#[x_kube(validation = Rule::new("has(self.engine) && self.engine == 'KEDA' || !has(self.keda)")
+    .message("keda is read only with engine: KEDA; set engine: KEDA or remove keda")
+    .field_path(".keda"))]
+#[x_kube(validation = Rule::new("!has(self.engine) || self.engine != 'KEDA' || !has(self.targetCPUUtilizationPercentage) && !has(self.targetMemoryUtilizationPercentage) && !has(self.metrics)")
+    .message("engine KEDA scales on Clair's own signals (keda): CPU and memory targets and metrics belong to engine HPA; remove them or use engine HPA")
+    .field_path(".engine"))]
 pub struct Autoscaling {
+    /// Which autoscaler: `HPA` (a HorizontalPodAutoscaler on CPU and memory, the default)
+    /// or `KEDA` (a ScaledObject whose Prometheus triggers read Clair's in-flight requests
+    /// and refusals; the cluster must serve KEDA's `keda.sh/v1alpha1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<AutoscalingEngine>,
+    /// KEDA's triggers, with engine `KEDA`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keda: Option<KedaAutoscaling>,
     /// Fewest replicas the autoscaler keeps. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -124,6 +143,45 @@ pub struct Autoscaling {
     /// autoscaling/v2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behavior: Option<HorizontalPodAutoscalerBehavior>,
+}
+
+/// The autoscaler engine of a service.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum AutoscalingEngine {
+    /// A HorizontalPodAutoscaler the operator owns.
+    #[default]
+    #[serde(rename = "HPA")]
+    Hpa,
+    /// A KEDA ScaledObject the operator owns; KEDA owns the HorizontalPodAutoscaler it makes.
+    #[serde(rename = "KEDA")]
+    Keda,
+}
+
+/// KEDA's Prometheus triggers for a service: the average in-flight requests per pod of the
+/// service's main handler, and the rate of index requests refused with 429 (indexer only).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KedaAutoscaling {
+    /// The Prometheus HTTP API that scrapes this Clair's pods (labels `namespace` and
+    /// `pod`, as the Prometheus Operator's ServiceMonitor sets them), for example
+    /// `http://prometheus-operated.monitoring.svc:9090`. KEDA queries it, not the pods.
+    #[schemars(length(max = 256), pattern(r"^https?://[^\s]+$"))]
+    pub prometheus_address: String,
+    /// Average in-flight requests per pod the autoscaler keeps (index requests for the
+    /// indexer, vulnerability reports for the matcher, notification pages for the
+    /// notifier). Default: see docs/autoscaling.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub target_in_flight: Option<i32>,
+    /// Index requests refused with 429 per second, per pod, that call for another pod
+    /// (indexer only). Default 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), pattern(r"^[0-9]+(\.[0-9]+)?$"))]
+    pub target_refusals_per_second: Option<String>,
+    /// How often KEDA queries Prometheus, in seconds. Default 15.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 5, max = 300))]
+    pub polling_interval_seconds: Option<i32>,
 }
 
 /// The scratch volume mounted at `/var/tmp`, where the indexer unpacks layers.

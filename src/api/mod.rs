@@ -9,7 +9,10 @@ pub mod labels;
 pub mod service;
 
 pub use clair::{Clair, ClairSpec, ClairStatus};
-pub use common::{ConfigSource, ConfigSpec, KeyReference, Phase, ServiceStatus};
+pub use common::{
+    AutoscalingEngine, ConfigSource, ConfigSpec, KedaAutoscaling, KeyReference, Phase,
+    ServiceStatus,
+};
 pub use service::{Indexer, Matcher, Notifier, ServiceKind, ServiceSpec};
 
 /// The API group of every custom resource here.

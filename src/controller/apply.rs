@@ -18,6 +18,7 @@ use tracing::debug;
 
 use super::error::ApplyError;
 use crate::api::labels::{self, FIELD_MANAGER};
+use crate::render::autoscaling::scaled_object_resource;
 use crate::render::owned::{ClairObjects, Owned, ServiceObjects, Write};
 use crate::render::routing::{http_route_resource, route_resource};
 use crate::render::service::service_monitor_resource;
@@ -209,6 +210,7 @@ pub async fn apply_service(
         disruption_budgets,
         autoscalers,
         service_monitors,
+        scaled_objects,
     } = objects;
     applier.typed(secrets).await?;
     applier.typed(deployments).await?;
@@ -217,6 +219,9 @@ pub async fn apply_service(
     applier.typed(autoscalers).await?;
     applier
         .dynamic(service_monitors, &service_monitor_resource())
+        .await?;
+    applier
+        .dynamic(scaled_objects, &scaled_object_resource())
         .await
 }
 

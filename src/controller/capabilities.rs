@@ -1,5 +1,5 @@
 //! What the cluster serves beyond core Kubernetes (ServiceMonitors, OpenShift Routes, Gateway
-//! API HTTPRoutes), checked through discovery, shared by every controller. The answers are
+//! API HTTPRoutes, KEDA's ScaledObjects), checked through discovery, shared by every controller. The answers are
 //! forgotten when a CustomResourceDefinition changes (and after a minute in any case), so an
 //! API installed after the operator started is picked up without a restart.
 
@@ -29,6 +29,8 @@ pub enum OptionalApi {
     /// `security.openshift.io/v1` SecurityContextConstraints: OpenShift assigns pods their
     /// users, so the operator names none.
     SecurityContextConstraints,
+    /// `keda.sh/v1alpha1` ScaledObject (KEDA): autoscaling on Clair's own metrics.
+    ScaledObject,
 }
 
 impl OptionalApi {
@@ -38,6 +40,7 @@ impl OptionalApi {
             OptionalApi::Route => "route.openshift.io/v1",
             OptionalApi::HttpRoute => "gateway.networking.k8s.io/v1",
             OptionalApi::SecurityContextConstraints => "security.openshift.io/v1",
+            OptionalApi::ScaledObject => "keda.sh/v1alpha1",
         }
     }
 
@@ -47,6 +50,7 @@ impl OptionalApi {
             OptionalApi::Route => "routes",
             OptionalApi::HttpRoute => "httproutes",
             OptionalApi::SecurityContextConstraints => "securitycontextconstraints",
+            OptionalApi::ScaledObject => "scaledobjects",
         }
     }
 

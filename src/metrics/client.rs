@@ -114,6 +114,7 @@ const RESOURCES: &[&str] = &[
     "routes",
     "httproutes",
     "servicemonitors",
+    "scaledobjects",
     "customresourcedefinitions",
     "validatingwebhookconfigurations",
     "mutatingwebhookconfigurations",

@@ -1,6 +1,7 @@
 //! Pure builders: the desired owned objects of a resource, from its spec and what the
 //! reconcile observed. No client here; each builder is tested on its own.
 
+pub mod autoscaling;
 pub mod clair;
 pub mod database;
 pub mod owned;

@@ -143,6 +143,9 @@ pub struct ServiceObjects {
     pub autoscalers: Owned<HorizontalPodAutoscaler>,
     /// Prometheus Operator ServiceMonitors (untouched where the cluster does not serve them).
     pub service_monitors: Owned<DynamicObject>,
+    /// KEDA ScaledObjects (untouched where the cluster does not serve them). After the
+    /// HorizontalPodAutoscaler: switching engines, the operator's own is gone first.
+    pub scaled_objects: Owned<DynamicObject>,
 }
 
 #[cfg(test)]

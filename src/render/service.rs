@@ -1,15 +1,11 @@
 //! The objects a service resource (`Indexer`, `Matcher`, `Notifier`) owns: its config
-//! snapshot Secret, Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget and,
-//! where the cluster serves it, a ServiceMonitor.
+//! snapshot Secret, Deployment, Service, PodDisruptionBudget and, where the cluster serves it,
+//! a ServiceMonitor (the autoscaler is `render::autoscaling`'s).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::autoscaling::v2::{
-    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec,
-    MetricTarget, ResourceMetricSource,
-};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EphemeralVolumeSource, HTTPGetAction,
     PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSpec, PodTemplateSpec, Probe,
@@ -90,7 +86,7 @@ pub fn url(name: &str, namespace: &str) -> String {
     format!("http://{name}.{namespace}.svc:{API_PORT}")
 }
 
-fn metadata(input: &ServiceInput, name: String) -> ObjectMeta {
+pub(super) fn metadata(input: &ServiceInput, name: String) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: Some(input.namespace.to_string()),
@@ -302,49 +298,6 @@ pub fn service(input: &ServiceInput) -> Service {
     }
 }
 
-/// The HorizontalPodAutoscaler, when `spec.autoscaling` is set.
-pub fn autoscaler(input: &ServiceInput) -> Option<HorizontalPodAutoscaler> {
-    let autoscaling = input.spec.autoscaling.as_ref()?;
-    let utilization = |resource: &str, target: Option<i32>| {
-        target.map(|percent| MetricSpec {
-            type_: "Resource".to_string(),
-            resource: Some(ResourceMetricSource {
-                name: resource.to_string(),
-                target: MetricTarget {
-                    type_: "Utilization".to_string(),
-                    average_utilization: Some(percent),
-                    ..Default::default()
-                },
-            }),
-            ..Default::default()
-        })
-    };
-    let metrics: Vec<MetricSpec> =
-        utilization("cpu", autoscaling.target_cpu_utilization_percentage)
-            .into_iter()
-            .chain(utilization(
-                "memory",
-                autoscaling.target_memory_utilization_percentage,
-            ))
-            .chain(autoscaling.metrics.iter().cloned())
-            .collect();
-    Some(HorizontalPodAutoscaler {
-        metadata: metadata(input, input.name.to_string()),
-        spec: Some(HorizontalPodAutoscalerSpec {
-            scale_target_ref: CrossVersionObjectReference {
-                api_version: Some("apps/v1".to_string()),
-                kind: "Deployment".to_string(),
-                name: input.name.to_string(),
-            },
-            min_replicas: Some(autoscaling.min_replicas.unwrap_or(1)),
-            max_replicas: autoscaling.max_replicas,
-            metrics: (!metrics.is_empty()).then_some(metrics),
-            behavior: autoscaling.behavior.clone(),
-        }),
-        ..Default::default()
-    })
-}
-
 /// At most one pod of the service down at a time through voluntary disruptions (drains).
 pub fn disruption_budget(input: &ServiceInput) -> PodDisruptionBudget {
     PodDisruptionBudget {
@@ -389,12 +342,13 @@ pub fn service_monitor(input: &ServiceInput) -> DynamicObject {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::common::{Autoscaling, ConfigSource, ConfigSpec, KeyReference, ScratchVolume};
+    use crate::render::autoscaling::autoscaler;
     use crate::render::settings::CA_BUNDLE_DIR;
 
-    fn spec() -> ServiceSpec {
+    pub(crate) fn spec() -> ServiceSpec {
         ServiceSpec {
             image: None,
             config: ConfigSpec {
@@ -413,7 +367,7 @@ mod tests {
         }
     }
 
-    fn input(spec: &ServiceSpec) -> ServiceInput<'_> {
+    pub(crate) fn input(spec: &ServiceSpec) -> ServiceInput<'_> {
         ServiceInput {
             kind: ServiceKind::Matcher,
             name: "m",

@@ -38,6 +38,18 @@ pub fn coredns_binary() -> Result<PathBuf> {
     Ok(build("tools/coredns/build.sh")?.join("coredns"))
 }
 
+/// metrics-server, built on first use by `tools/metrics-server/build.sh` from the Go module
+/// proxy and cached.
+pub fn metrics_server_binary() -> Result<PathBuf> {
+    build("tools/metrics-server/build.sh")
+}
+
+/// The folder holding KEDA's `keda-operator`, `keda-adapter` and `keda-webhooks` and its CRDs
+/// (`crds/`), built on first use by `tools/keda/build.sh` from the Go module proxy and cached.
+pub fn keda_dir() -> Result<PathBuf> {
+    build("tools/keda/build.sh")
+}
+
 /// The image archives a real node imports, built by `tools/images/build.sh` (cached): the
 /// paths it prints, one a line.
 pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf>> {

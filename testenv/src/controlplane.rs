@@ -13,6 +13,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
 
+use crate::addons::{AddonBinaries, AddonInputs, Addons};
 use crate::binaries::{Binaries, build_images, coredns_binary};
 use crate::host::NODE_IP;
 use crate::node::{NODE_NAME, NodeInputs, RealNode};
@@ -66,7 +67,8 @@ pub struct ControlPlane {
     api_port: u16,
     ca_cert: String,
     tokens: Vec<(String, String)>,
-    // Stopped first, while the apiserver still answers.
+    // Stopped first, while the apiserver still answers: the add-ons, then the node.
+    addons: Option<Addons>,
     node: Option<RealNode>,
     // Stopped in reverse start order: kwok first, etcd last. Behind a lock so a fault test
     // can stop and start one while others read the plane.
@@ -110,7 +112,11 @@ impl ControlPlane {
         plane.keep_dir = options.keep_dir;
         // Built before the host is changed and the machine's node lock taken (minutes cold).
         let node_parts = match &options.real_node {
-            Some(images) => Some((build_images(images)?, coredns_binary()?)),
+            Some(images) => Some((
+                build_images(images)?,
+                coredns_binary()?,
+                AddonBinaries::ensure()?,
+            )),
             None => None,
         };
         if node_parts.is_some() {
@@ -121,9 +127,10 @@ impl ControlPlane {
             .build()
             .map_err(io_error("start a runtime"))?;
         runtime.block_on(plane.launch(options.nodes))?;
-        if let Some((archives, coredns)) = &node_parts {
+        if let Some((archives, coredns, addons)) = &node_parts {
             plane.start_real_node(archives, coredns)?;
             runtime.block_on(plane.wait_for_real_node())?;
+            plane.start_addons(addons)?;
         }
         Ok(plane)
     }
@@ -142,6 +149,12 @@ impl ControlPlane {
             ("webhook-client-ca.crt", &pki.webhook_client_ca),
             ("webhook-client.crt", &pki.webhook_client_cert),
             ("webhook-client.key", &pki.webhook_client_key),
+            ("front-proxy-ca.crt", &pki.front_proxy_ca),
+            ("front-proxy-client.crt", &pki.front_proxy_client_cert),
+            ("front-proxy-client.key", &pki.front_proxy_client_key),
+            ("addons/tls.crt", &pki.addon_cert),
+            ("addons/tls.key", &pki.addon_key),
+            ("addons/ca.crt", &pki.ca_cert),
         ] {
             write(&dir.join(name), text)?;
         }
@@ -197,6 +210,7 @@ impl ControlPlane {
             api_port: 0,
             ca_cert: pki.ca_cert,
             tokens,
+            addons: None,
             node: None,
             processes: Default::default(),
             commands: Default::default(),
@@ -287,6 +301,27 @@ impl ControlPlane {
                 // Its client certificate towards admission webhooks (`webhook_client_ca`).
                 format!("--admission-control-config-file={}", path("admission.yaml")),
                 "--kubelet-preferred-address-types=InternalIP".into(),
+                // The aggregation layer (metrics-server, KEDA's metrics apiserver beside a
+                // real node): request headers trusted from the front-proxy client alone,
+                // and aggregated servers reached at their endpoints' addresses (host
+                // processes on the node's address), not through a Service's cluster IP.
+                format!(
+                    "--requestheader-client-ca-file={}",
+                    path("front-proxy-ca.crt")
+                ),
+                format!(
+                    "--requestheader-allowed-names={}",
+                    pki::FRONT_PROXY_CLIENT_NAME
+                ),
+                "--requestheader-username-headers=X-Remote-User".into(),
+                "--requestheader-group-headers=X-Remote-Group".into(),
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+                format!(
+                    "--proxy-client-cert-file={}",
+                    path("front-proxy-client.crt")
+                ),
+                format!("--proxy-client-key-file={}", path("front-proxy-client.key")),
+                "--enable-aggregator-routing=true".into(),
                 // Every write, one JSON line each: tests count who wrote what.
                 format!("--audit-policy-file={}", path("audit-policy.json")),
                 format!("--audit-log-path={}", path("logs/audit.log")),
@@ -394,6 +429,64 @@ impl ControlPlane {
         }
     }
 
+    /// Starts the metrics pipeline beside the real node and waits until the apiserver serves
+    /// `metrics.k8s.io` and `external.metrics.k8s.io` through it.
+    fn start_addons(&mut self, binaries: &AddonBinaries) -> Result<()> {
+        let crds = Addons::keda_crds(binaries);
+        self.kubectl_ok(&["create", "namespace", "keda"])?;
+        let crds = crds.display().to_string();
+        self.kubectl_ok(&["apply", "--server-side", "-f", &crds])?;
+        // KEDA's parts fail at start where their kinds are not served yet.
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            &crds,
+        ])?;
+        let admin = self.admin_kubeconfig();
+        let (addons, registrations) = Addons::start(
+            binaries,
+            &AddonInputs {
+                dir: &self.dir,
+                admin_kubeconfig: &admin,
+                ca_cert: &self.ca_cert,
+            },
+        )?;
+        self.addons = Some(addons);
+        let file = self.dir.join("addons/registrations.yaml");
+        write(&file, &registrations)?;
+        self.kubectl_ok(&["apply", "--server-side", "-f", &file.display().to_string()])?;
+        let kubectl = self.binaries.path("kubectl");
+        let available = |api: &str| {
+            std::process::Command::new(&kubectl)
+                .env("KUBECONFIG", &admin)
+                .args([
+                    "get",
+                    "apiservice",
+                    api,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+                ])
+                .output()
+                .is_ok_and(|out| out.stdout == b"True")
+        };
+        let addons = self
+            .addons
+            .as_mut()
+            .ok_or_else(|| Error::Missing("the add-ons were not started".into()))?;
+        addons.wait(
+            "metrics-server and KEDA's metrics apiserver to be Available",
+            START_TIMEOUT,
+            || available("v1beta1.metrics.k8s.io") && available("v1beta1.external.metrics.k8s.io"),
+        )
+    }
+
+    /// The metrics pipeline beside the real node (Prometheus's address among it), if one runs.
+    pub fn addons(&self) -> Option<&Addons> {
+        self.addons.as_ref()
+    }
+
     async fn wait_for_real_node(&mut self) -> Result<()> {
         let nodes: Api<Node> = Api::all(self.client().await?);
         self.wait_for("the real node to become Ready", || {
@@ -492,6 +585,9 @@ impl ControlPlane {
     fn check_processes(&mut self) -> Result<()> {
         if let Some(node) = self.node.as_mut() {
             node.check_running()?;
+        }
+        if let Some(addons) = self.addons.as_mut() {
+            addons.check_running()?;
         }
         self.processes_mut()
             .iter_mut()
@@ -687,6 +783,9 @@ impl ControlPlane {
     /// Stops every process (kwok first, etcd last) and removes the folder unless asked to
     /// keep it.
     pub fn stop(&mut self) {
+        if let Some(mut addons) = self.addons.take() {
+            addons.stop();
+        }
         if let Some(mut node) = self.node.take() {
             node.stop();
         }
@@ -706,6 +805,10 @@ impl Drop for ControlPlane {
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(io_error(format!("create {}", parent.display())))?;
+    }
     std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
 }
 

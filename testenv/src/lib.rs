@@ -2,19 +2,23 @@
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake nodes whose
 //! pods become Running and Ready without a container runtime), built at pinned versions by
 //! `tools/controlplane/build.sh` and started in a temporary folder on free ports; and, when
-//! asked, one real node (containerd, kubelet, kube-proxy, CoreDNS) where containers run.
+//! asked, one real node (containerd, kubelet, kube-proxy, CoreDNS) where containers run, with
+//! a metrics pipeline beside it (metrics-server, Prometheus, KEDA).
 
+mod addons;
 mod binaries;
 pub use binaries::repo_root;
 mod controlplane;
 pub mod forged;
 mod host;
 pub mod https;
+pub mod load;
 mod node;
 mod pki;
 mod postgres;
 mod process;
 
+pub use addons::Addons;
 pub use binaries::Binaries;
 pub use binaries::clair_binaries;
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};

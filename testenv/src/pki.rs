@@ -1,5 +1,6 @@
 //! Certificates for the control plane: a CA, the apiserver's serving certificate for
-//! loopback, its client certificate towards kubelets, and the service-account signing key.
+//! loopback, its client certificates towards kubelets, webhooks and aggregated API servers,
+//! the add-ons' serving certificate, and the service-account signing key.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
@@ -20,7 +21,21 @@ pub(crate) struct Pki {
     pub webhook_client_ca: String,
     pub webhook_client_cert: String,
     pub webhook_client_key: String,
+    /// The front-proxy CA and the apiserver's client certificate towards aggregated API
+    /// servers (metrics-server, KEDA's metrics apiserver), which trust the request headers
+    /// it sets only from a client this CA signed.
+    pub front_proxy_ca: String,
+    pub front_proxy_client_cert: String,
+    pub front_proxy_client_key: String,
+    /// A serving and client certificate signed by the cluster CA for the host processes
+    /// beside a real node (metrics-server, KEDA): the node's address, loopback and the
+    /// Service names KEDA's parts know each other by.
+    pub addon_cert: String,
+    pub addon_key: String,
 }
+
+/// The common name the apiserver's front-proxy client certificate carries.
+pub const FRONT_PROXY_CLIENT_NAME: &str = "front-proxy-client";
 
 /// The common name of the apiserver's webhook client certificate.
 pub const WEBHOOK_CLIENT_NAME: &str = "kube-apiserver-webhook-client";
@@ -79,8 +94,43 @@ pub(crate) fn generate() -> Result<Pki, rcgen::Error> {
     webhook_client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let webhook_client_cert = webhook_client.signed_by(&webhook_client_key, &webhook_issuer)?;
 
+    let (front_proxy_ca, _, front_proxy_issuer) = authority("clair-testenv front proxy")?;
+    let front_proxy_client_key = KeyPair::generate()?;
+    let mut front_proxy_client = CertificateParams::new(Vec::<String>::new())?;
+    front_proxy_client
+        .distinguished_name
+        .push(DnType::CommonName, FRONT_PROXY_CLIENT_NAME);
+    front_proxy_client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let front_proxy_client_cert =
+        front_proxy_client.signed_by(&front_proxy_client_key, &front_proxy_issuer)?;
+
+    let addon_key = KeyPair::generate()?;
+    let mut addon = CertificateParams::new(vec![
+        crate::host::NODE_IP.to_string(),
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        "keda-operator.keda.svc".to_string(),
+        "keda-operator.keda.svc.cluster.local".to_string(),
+        "keda-metrics-apiserver.keda.svc".to_string(),
+        "keda-admission-webhooks.keda.svc".to_string(),
+        "metrics-server.kube-system.svc".to_string(),
+    ])?;
+    addon
+        .distinguished_name
+        .push(DnType::CommonName, "clair-testenv-addons");
+    addon.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let addon_cert = addon.signed_by(&addon_key, &issuer)?;
+
     let service_account = KeyPair::generate()?;
     Ok(Pki {
+        front_proxy_ca,
+        front_proxy_client_cert: front_proxy_client_cert.pem(),
+        front_proxy_client_key: front_proxy_client_key.serialize_pem(),
+        addon_cert: addon_cert.pem(),
+        addon_key: addon_key.serialize_pem(),
         webhook_client_ca,
         webhook_client_cert: webhook_client_cert.pem(),
         webhook_client_key: webhook_client_key.serialize_pem(),

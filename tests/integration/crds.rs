@@ -269,6 +269,46 @@ pub async fn invalid_resources_are_rejected_with_the_field_named(
             ],
         },
         Invalid {
+            case: "engine KEDA without its Prometheus",
+            resource: indexer.clone(),
+            spec: service_spec(json!({"autoscaling": {"engine": "KEDA", "maxReplicas": 2}})),
+            expect: &[
+                "spec.autoscaling.keda",
+                "engine KEDA needs keda.prometheusAddress",
+            ],
+        },
+        Invalid {
+            case: "engine KEDA with a CPU target",
+            resource: indexer.clone(),
+            spec: service_spec(json!({"autoscaling": {"engine": "KEDA", "maxReplicas": 2,
+                "targetCPUUtilizationPercentage": 70,
+                "keda": {"prometheusAddress": "http://prometheus:9090"}}})),
+            expect: &["spec.autoscaling.engine", "belong to engine HPA"],
+        },
+        Invalid {
+            case: "KEDA triggers under engine HPA",
+            resource: indexer.clone(),
+            spec: service_spec(json!({"autoscaling": {"maxReplicas": 2,
+                "keda": {"prometheusAddress": "http://prometheus:9090"}}})),
+            expect: &["spec.autoscaling.keda", "read only with engine: KEDA"],
+        },
+        Invalid {
+            case: "a Prometheus address that is not a URL",
+            resource: indexer.clone(),
+            spec: service_spec(json!({"autoscaling": {"engine": "KEDA", "maxReplicas": 2,
+                "keda": {"prometheusAddress": "prometheus:9090"}}})),
+            expect: &["spec.autoscaling.keda.prometheusAddress", "should match"],
+        },
+        Invalid {
+            case: "an autoscaled matcher running its own updaters",
+            resource: clair.clone(),
+            spec: clair_spec(json!({"matcher": {"autoscaling": {"maxReplicas": 3}}})),
+            expect: &[
+                "spec.updaters",
+                "an autoscaled matcher needs updaters.mode: CronJob",
+            ],
+        },
+        Invalid {
             case: "no database",
             resource: clair.clone(),
             spec: json!({"indexer": {"replicas": 1}}),

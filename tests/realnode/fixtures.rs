@@ -13,11 +13,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use clair_testenv::NODE_IP;
-use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
 
 /// The made-up vulnerability: busybox before 1.36.1-r5 on Alpine.
 pub const VULNERABILITY: &str = "CVE-0000-0002";
@@ -46,10 +42,7 @@ pub fn alpine_layer(version: &str) -> anyhow::Result<Vec<u8>> {
     Ok(builder.into_inner()?)
 }
 
-/// `sha256:HEX` of `bytes`.
-pub fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
-}
+pub use clair_testenv::load::digest;
 
 /// One record of `clairctl export-updaters` output (claircore's jsonblob form): the
 /// vulnerability, as the Alpine matcher compares it (distribution ID, name and pretty name;
@@ -154,24 +147,9 @@ async fn file(
     }
 }
 
-/// A JWT signed with Clair's pre-shared key (HS256) as `issuer`, valid for five minutes:
-/// what Quay sends.
+/// A JWT signed with Clair's pre-shared key as `issuer`: what Quay sends.
 pub fn psk_token(psk_base64: &str, issuer: &str) -> anyhow::Result<String> {
-    let key = STANDARD
-        .decode(psk_base64.trim())
-        .context("the PSK is not base64")?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs();
-    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-    let claims = URL_SAFE_NO_PAD.encode(
-        serde_json::json!({"iss": issuer, "iat": now, "nbf": now - 5, "exp": now + 300})
-            .to_string(),
-    );
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key)?;
-    mac.update(format!("{header}.{claims}").as_bytes());
-    let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
-    Ok(format!("{header}.{claims}.{signature}"))
+    clair_testenv::load::psk_token(psk_base64, issuer).map_err(anyhow::Error::msg)
 }
 
 /// One HTTP request (plain HTTP, run on a blocking thread, 30 s at most); returns the

@@ -8,6 +8,7 @@
 #[path = "../integration/support/mod.rs"]
 mod support;
 
+mod autoscaling;
 mod fixtures;
 mod forged;
 mod managed;
@@ -65,6 +66,9 @@ fn release_binary() -> anyhow::Result<std::path::PathBuf> {
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         scan::a_clair_on_a_real_node_finds_a_known_vulnerability,
+        autoscaling::a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads,
+        autoscaling::keda_scales_the_indexer_on_its_in_flight_requests_and_back_in,
+        autoscaling::switching_engines_leaves_exactly_one_autoscaler,
         forged::forged_reviews_from_a_pod_and_the_host_get_nothing,
         managed::a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart,
         private_ca::a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle,

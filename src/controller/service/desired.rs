@@ -8,10 +8,10 @@ use crate::api::labels;
 use crate::api::{Phase, ServiceStatus};
 use crate::machine::service::{ServiceSnapshot, Workload};
 use crate::machine::{ApplyPlan, Decision};
+use crate::render::autoscaling::{autoscaler, scaled_object};
 use crate::render::owned::{Owned, ServiceObjects};
 use crate::render::service::{
-    ServiceInput, autoscaler, config_secret, disruption_budget, service, service_monitor,
-    snapshot_name, url,
+    ServiceInput, config_secret, disruption_budget, service, service_monitor, snapshot_name, url,
 };
 
 /// The config hash the pods run after this reconcile: the new one when the workload rolls,
@@ -58,11 +58,14 @@ pub fn objects(
         disruption_budgets: supported(supporting, || {
             Owned::exactly().apply(disruption_budget(input))
         }),
-        autoscalers: supported(supporting, || {
+        autoscalers: supported(supporting && !observed.engine_switching, || {
             Owned::exactly().apply_some(autoscaler(input))
         }),
         service_monitors: supported(supporting && observed.service_monitors, || {
             Owned::exactly().apply(service_monitor(input))
+        }),
+        scaled_objects: supported(supporting && observed.scaled_objects, || {
+            Owned::exactly().apply_some(scaled_object(input))
         }),
     }
 }

@@ -80,9 +80,13 @@ pub async fn run<K: ServiceResource>(
             watch::metadata::<Service>(&client, &scope),
             watch::managed(),
         )
-        .owns(
+        // The operator's own autoscalers, and KEDA's for the operator's ScaledObjects (it
+        // copies their labels, and its owner is the ScaledObject): the tuning metrics follow
+        // whichever scales the service.
+        .watches(
             watch::metadata::<HorizontalPodAutoscaler>(&client, &scope),
             watch::managed(),
+            |hpa| scaled_service::<K>(&hpa),
         )
         .owns(
             watch::metadata::<PodDisruptionBudget>(&client, &scope),
@@ -111,6 +115,20 @@ pub async fn run<K: ServiceResource>(
             }
         })
         .await;
+}
+
+/// The service an autoscaler scales: its controller owner, a `K` or the ScaledObject the
+/// operator named after the service.
+fn scaled_service<K: ServiceResource>(
+    hpa: &kube::api::PartialObjectMeta<HorizontalPodAutoscaler>,
+) -> Option<ObjectRef<K>> {
+    let namespace = hpa.namespace()?;
+    let owner = hpa
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    (owner.kind == K::kind(&()) || owner.kind == "ScaledObject")
+        .then(|| ObjectRef::new(&owner.name).within(&namespace))
 }
 
 /// Maps a ConfigMap or Secret to the resources of kind `K` in its namespace whose config

@@ -7,7 +7,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec, MetricStatus};
 use kube::api::Api;
 
-use crate::api::{ConfigSource, ConfigSpec, ServiceKind, ServiceSpec, ServiceStatus};
+use crate::api::{
+    AutoscalingEngine, ConfigSource, ConfigSpec, ServiceKind, ServiceSpec, ServiceStatus,
+};
 use crate::clairconfig::{self, Document};
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
@@ -15,6 +17,7 @@ use crate::controller::{Context, apply};
 use crate::images;
 use crate::machine::observation::{ConfigObservation, DatabaseObservation};
 use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
+use crate::render::autoscaling::{autoscaler_name, engine};
 use crate::render::service::{ConfigSnapshot, min_available};
 use crate::sources::ObjectSource;
 
@@ -27,8 +30,15 @@ pub struct Observed {
     pub deployment: Option<Deployment>,
     /// Whether the cluster serves ServiceMonitors.
     pub service_monitors: bool,
-    /// The autoscaler, when the spec asks for one and it exists.
+    /// Whether the cluster serves KEDA's ScaledObjects.
+    pub scaled_objects: bool,
+    /// The HorizontalPodAutoscaler that scales the service (the operator's, or KEDA's for
+    /// the ScaledObject), when the spec asks for one and it exists.
     pub autoscaler: Option<HorizontalPodAutoscaler>,
+    /// KEDA's HorizontalPodAutoscaler still exists while the spec asks for the operator's
+    /// own (an engine switch under way): the operator's waits until KEDA's is gone, so that
+    /// two autoscalers never scale one Deployment.
+    pub engine_switching: bool,
 }
 
 /// Reads the config and the Deployment. `None` while the deployment controller has not
@@ -53,14 +63,32 @@ pub async fn observe(
         Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
         None => config(&context.client, namespace, &spec.config, kind).await?,
     };
-    let autoscaler = match spec.autoscaling {
-        Some(_) => Api::<HorizontalPodAutoscaler>::namespaced(context.client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(ObserveError::reading(format!(
-                "HorizontalPodAutoscaler {name}"
-            )))?,
+    let scaled_objects = context.capabilities.serves(OptionalApi::ScaledObject).await;
+    let (config, snapshot) = match keda_refusal(spec, scaled_objects) {
+        Some(message) => (ConfigObservation::Invalid { message }, None),
+        None => (config, snapshot),
+    };
+    let autoscalers = Api::<HorizontalPodAutoscaler>::namespaced(context.client.clone(), namespace);
+    let read = |hpa: String| {
+        let autoscalers = autoscalers.clone();
+        async move {
+            autoscalers
+                .get_opt(&hpa)
+                .await
+                .map_err(ObserveError::reading(format!(
+                    "HorizontalPodAutoscaler {hpa}"
+                )))
+        }
+    };
+    let autoscaler = match autoscaler_name(name, spec.autoscaling.as_ref()) {
+        Some(hpa) => read(hpa).await?,
         None => None,
+    };
+    let engine_switching = match spec.autoscaling.as_ref().map(engine) {
+        Some(AutoscalingEngine::Hpa) if scaled_objects => {
+            read(format!("keda-hpa-{name}")).await?.is_some()
+        }
+        _ => false,
     };
     Ok(Some(Observed {
         config,
@@ -70,8 +98,23 @@ pub async fn observe(
             .capabilities
             .serves(OptionalApi::ServiceMonitor)
             .await,
+        scaled_objects,
         autoscaler,
+        engine_switching,
     }))
+}
+
+/// Why the spec cannot be served: it asks for KEDA where the cluster serves no KEDA.
+pub fn keda_refusal(spec: &ServiceSpec, scaled_objects: bool) -> Option<String> {
+    let asks = spec
+        .autoscaling
+        .as_ref()
+        .is_some_and(|a| engine(a) == AutoscalingEngine::Keda);
+    (asks && !scaled_objects).then(|| {
+        "spec.autoscaling.engine: KEDA, but this cluster does not serve KEDA's \
+         keda.sh/v1alpha1 ScaledObject: install KEDA, or use engine HPA"
+            .to_string()
+    })
 }
 
 /// The Deployment's ready pods.

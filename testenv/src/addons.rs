@@ -1,0 +1,452 @@
+//! The metrics pipeline beside a real node, from real parts, as host processes in the control
+//! plane's folder: metrics-server (the `metrics.k8s.io` API resource-metric HPAs read),
+//! Prometheus (Debian's package) scraping every pod's `introspection` and `metrics` ports
+//! (found through the harness's HTTP discovery: Debian builds it without Kubernetes'),
+//! and KEDA (operator, metrics apiserver registered as `external.metrics.k8s.io`, admission
+//! webhook for ScaledObjects). metrics-server and KEDA are built by their `tools/` scripts
+//! from the Go module proxy and cached. They listen on the node's address (the apiserver
+//! reaches the aggregated servers at their Endpoints there); they send nothing off the
+//! machine.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::binaries::{keda_dir, metrics_server_binary};
+use crate::controlplane::free_ports;
+use crate::host::NODE_IP;
+use crate::process::Process;
+use crate::{Error, Result, io_error};
+
+/// The built parts, found (or built) before the host is changed.
+pub(crate) struct AddonBinaries {
+    metrics_server: PathBuf,
+    keda: PathBuf,
+    prometheus: PathBuf,
+}
+
+impl AddonBinaries {
+    pub(crate) fn ensure() -> Result<Self> {
+        let prometheus = PathBuf::from("/usr/bin/prometheus");
+        if !prometheus.is_file() {
+            return Err(Error::Missing(
+                "the real node's metrics pipeline needs a Prometheus server at \
+                 /usr/bin/prometheus (Debian package prometheus): run scripts/install-deps"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            metrics_server: metrics_server_binary()?,
+            keda: keda_dir()?,
+            prometheus,
+        })
+    }
+}
+
+/// What the add-ons need from the control plane.
+pub(crate) struct AddonInputs<'a> {
+    /// The control plane's folder (certificates in `addons/`, logs in `logs/`).
+    pub dir: &'a Path,
+    pub admin_kubeconfig: &'a Path,
+    pub ca_cert: &'a str,
+}
+
+/// The running add-ons. Stopped before the node and the control plane.
+pub struct Addons {
+    processes: Vec<Process>,
+    // Stopped after Prometheus, which asks it.
+    _discovery: Discovery,
+    prometheus_url: String,
+}
+
+impl Addons {
+    /// Starts the processes; returns them with the objects that register them with the
+    /// apiserver (applied by the caller, who then waits for them to be Available).
+    pub(crate) fn start(
+        binaries: &AddonBinaries,
+        inputs: &AddonInputs<'_>,
+    ) -> Result<(Self, String)> {
+        let [
+            metrics_port,
+            prometheus_port,
+            keda_grpc,
+            keda_metrics,
+            keda_probe,
+            adapter_port,
+            webhook_port,
+            webhook_metrics,
+            webhook_probe,
+        ] = free_ports()?;
+        let dir = inputs.dir;
+        let logs = dir.join("logs");
+        let file = |name: &str| dir.join(name).display().to_string();
+        let admin = inputs.admin_kubeconfig.display().to_string();
+        let certs = file("addons");
+        let mut processes = Vec::new();
+
+        processes.push(Process::spawn(
+            "metrics-server",
+            &binaries.metrics_server,
+            &[
+                format!("--kubeconfig={admin}"),
+                format!("--authentication-kubeconfig={admin}"),
+                format!("--authorization-kubeconfig={admin}"),
+                format!("--bind-address={NODE_IP}"),
+                format!("--secure-port={metrics_port}"),
+                format!("--tls-cert-file={certs}/tls.crt"),
+                format!("--tls-private-key-file={certs}/tls.key"),
+                // The kubelet's serving certificate is its own self-signed one.
+                "--kubelet-insecure-tls".into(),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                // The kubelet listens on a free port, which its Node status names.
+                "--kubelet-use-node-status-port".into(),
+                format!(
+                    "--kubelet-client-certificate={}",
+                    file("kubelet-client.crt")
+                ),
+                format!("--kubelet-client-key={}", file("kubelet-client.key")),
+                // HPAs see a pod's CPU within a quarter minute (the resolution must exceed
+                // the kubelet request timeout).
+                "--metric-resolution=15s".into(),
+                "--kubelet-request-timeout=5s".into(),
+            ],
+            &logs,
+        )?);
+
+        let prometheus_dir = dir.join("prometheus");
+        std::fs::create_dir_all(&prometheus_dir)
+            .map_err(io_error("create the Prometheus folder"))?;
+        let discovery = Discovery::start(inputs.admin_kubeconfig)?;
+        let config = prometheus_dir.join("prometheus.yml");
+        write(&config, &prometheus_config(&discovery.url))?;
+        let prometheus_url = format!("http://{NODE_IP}:{prometheus_port}");
+        processes.push(Process::spawn(
+            "prometheus",
+            &binaries.prometheus,
+            &[
+                format!("--config.file={}", config.display()),
+                format!(
+                    "--storage.tsdb.path={}",
+                    prometheus_dir.join("data").display()
+                ),
+                "--storage.tsdb.retention.time=3h".into(),
+                format!("--web.listen-address={NODE_IP}:{prometheus_port}"),
+            ],
+            &logs,
+        )?);
+
+        let keda_env = |command: &mut std::process::Command| {
+            command
+                .env("KUBECONFIG", &admin)
+                .env("WATCH_NAMESPACE", "")
+                .env("POD_NAMESPACE", "keda")
+                .env("KEDA_CLUSTER_OBJECT_NAMESPACE", "keda");
+        };
+        let mut operator = std::process::Command::new(binaries.keda.join("keda-operator"));
+        keda_env(&mut operator);
+        operator.args([
+            "--leader-elect=false".to_string(),
+            format!("--metrics-bind-address=127.0.0.1:{keda_metrics}"),
+            format!("--health-probe-bind-address=127.0.0.1:{keda_probe}"),
+            format!("--metrics-service-bind-address={NODE_IP}:{keda_grpc}"),
+            format!("--cert-dir={certs}"),
+            // The harness made the certificates and registers them itself.
+            "--enable-cert-rotation=false".into(),
+            format!("--ca-dir={certs}"),
+            "--zap-log-level=info".into(),
+        ]);
+        processes.push(Process::spawn_command("keda-operator", operator, &logs)?);
+
+        let mut adapter = std::process::Command::new(binaries.keda.join("keda-adapter"));
+        keda_env(&mut adapter);
+        adapter.args([
+            format!("--bind-address={NODE_IP}"),
+            format!("--secure-port={adapter_port}"),
+            format!("--cert-dir={certs}"),
+            format!("--tls-cert-file={certs}/tls.crt"),
+            format!("--tls-private-key-file={certs}/tls.key"),
+            format!("--lister-kubeconfig={admin}"),
+            format!("--authentication-kubeconfig={admin}"),
+            format!("--authorization-kubeconfig={admin}"),
+            format!("--metrics-service-address={NODE_IP}:{keda_grpc}"),
+            "--zap-log-level=info".into(),
+        ]);
+        processes.push(Process::spawn_command("keda-adapter", adapter, &logs)?);
+
+        let mut webhooks = std::process::Command::new(binaries.keda.join("keda-webhooks"));
+        keda_env(&mut webhooks);
+        webhooks.args([
+            format!("--cert-dir={certs}"),
+            format!("--port={webhook_port}"),
+            format!("--metrics-bind-address=127.0.0.1:{webhook_metrics}"),
+            format!("--health-probe-bind-address=127.0.0.1:{webhook_probe}"),
+            "--zap-log-level=info".into(),
+        ]);
+        processes.push(Process::spawn_command("keda-webhooks", webhooks, &logs)?);
+
+        let ca = BASE64.encode(inputs.ca_cert.as_bytes());
+        let objects = registrations(&ca, metrics_port, adapter_port, webhook_port);
+        Ok((
+            Self {
+                processes,
+                _discovery: discovery,
+                prometheus_url,
+            },
+            objects,
+        ))
+    }
+
+    /// The folder of KEDA's CRDs (applied before the registrations).
+    pub(crate) fn keda_crds(binaries: &AddonBinaries) -> PathBuf {
+        binaries.keda.join("crds")
+    }
+
+    /// Prometheus's HTTP API, `http://NODE_IP:PORT`.
+    pub fn prometheus_url(&self) -> &str {
+        &self.prometheus_url
+    }
+
+    /// Fails with the end of its log when an add-on has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.processes
+            .iter_mut()
+            .try_for_each(Process::check_running)
+    }
+
+    /// Waits until `ready` holds, failing early when an add-on exits.
+    pub(crate) fn wait(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<()> {
+        let start = Instant::now();
+        while !ready() {
+            self.check_running()?;
+            if start.elapsed() > timeout {
+                let tails: Vec<String> = self
+                    .processes
+                    .iter()
+                    .map(|p| format!("--- {} ---\n{}", p.name(), p.tail(10)))
+                    .collect();
+                return Err(Error::Timeout {
+                    what: what.to_string(),
+                    seconds: timeout.as_secs(),
+                    detail: format!("; last log lines:\n{}", tails.join("\n")),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Ok(())
+    }
+
+    pub fn stop(&mut self) {
+        while let Some(mut process) = self.processes.pop() {
+            process.stop();
+        }
+    }
+}
+
+impl Drop for Addons {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Scrapes every pod port named `introspection` (Clair) or `metrics` (the operator) every
+/// 5 s, with the labels a Prometheus Operator ServiceMonitor gives (`namespace`, `pod`), from
+/// the harness's HTTP discovery at `discovery` (Debian's Prometheus is built without its
+/// Kubernetes discovery).
+fn prometheus_config(discovery: &str) -> String {
+    let job = |name: &str, port: &str, honor_labels: bool| {
+        format!(
+            "- job_name: {name}\n  honor_labels: {honor_labels}\n  http_sd_configs:\n  - url: {discovery}/targets/{port}\n    refresh_interval: 5s\n"
+        )
+    };
+    // The operator's series name the resources they describe by `namespace`: kept, as
+    // deploy/monitoring's ServiceMonitor keeps them (`honorLabels`).
+    format!(
+        "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nscrape_configs:\n{}{}",
+        job("clair", "introspection", false),
+        job("clair-operator", "metrics", true)
+    )
+}
+
+/// Prometheus's HTTP service discovery of pods: `GET /targets/PORT` lists every Running pod
+/// with a container port named `PORT`, labelled with its namespace, name, and the
+/// `app.kubernetes.io/component` and `instance` labels. Served on loopback from a thread of
+/// its own until `stop` is dropped.
+struct Discovery {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Discovery {
+    fn start(kubeconfig: &Path) -> Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(io_error("listen for Prometheus's discovery"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_error("listen for Prometheus's discovery"))?;
+        let url = format!(
+            "http://{}",
+            listener
+                .local_addr()
+                .map_err(io_error("listen for Prometheus's discovery"))?
+        );
+        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
+            .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(config) =
+                    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await
+                else {
+                    return;
+                };
+                let Ok(client) = kube::Client::try_from(config) else {
+                    return;
+                };
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                let app = axum::Router::new()
+                    .route("/targets/{port}", axum::routing::get(targets))
+                    .with_state(client);
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        Ok(Self {
+            url,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Discovery {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn targets(
+    axum::extract::State(client): axum::extract::State<kube::Client>,
+    axum::extract::Path(port): axum::extract::Path<String>,
+) -> axum::Json<serde_json::Value> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: kube::Api<Pod> = kube::Api::all(client);
+    let list = pods.list(&Default::default()).await.map(|l| l.items);
+    let groups: Vec<serde_json::Value> = list
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|pod| {
+            let status = pod.status.as_ref()?;
+            if status.phase.as_deref() != Some("Running") {
+                return None;
+            }
+            let ip = status.pod_ip.as_ref()?;
+            let number = pod
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .flat_map(|c| c.ports.iter().flatten())
+                .find(|p| p.name.as_deref() == Some(port.as_str()))?
+                .container_port;
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+            Some(serde_json::json!({
+                "targets": [format!("{ip}:{number}")],
+                "labels": {
+                    "namespace": pod.metadata.namespace,
+                    "pod": pod.metadata.name,
+                    "component": label("app.kubernetes.io/component"),
+                    "instance_name": label("app.kubernetes.io/instance"),
+                },
+            }))
+        })
+        .collect();
+    axum::Json(serde_json::Value::Array(groups))
+}
+
+/// The Service, Endpoints and registration of each aggregated server at the node's address,
+/// and KEDA's ScaledObject admission webhook, as one YAML stream.
+fn registrations(ca: &str, metrics_port: u16, adapter_port: u16, webhook_port: u16) -> String {
+    let backend = |namespace: &str, name: &str, port: u16| {
+        format!(
+            r#"---
+apiVersion: v1
+kind: Service
+metadata: {{namespace: {namespace}, name: {name}}}
+spec:
+  ports: [{{port: {port}, targetPort: {port}, protocol: TCP}}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{namespace: {namespace}, name: {name}}}
+subsets:
+- addresses: [{{ip: "{NODE_IP}"}}]
+  ports: [{{port: {port}, protocol: TCP}}]
+"#
+        )
+    };
+    let api_service = |group: &str, namespace: &str, name: &str, port: u16| {
+        format!(
+            r#"---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1beta1.{group}}}
+spec:
+  group: {group}
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: {ca}
+  service: {{namespace: {namespace}, name: {name}, port: {port}}}
+"#
+        )
+    };
+    format!(
+        "{}{}{}{}---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n\
+         metadata: {{name: keda-admission}}\nwebhooks:\n- name: vscaledobject.kb.io\n  \
+         admissionReviewVersions: [v1]\n  clientConfig:\n    url: https://{NODE_IP}:{webhook_port}/validate-keda-sh-v1alpha1-scaledobject\n    \
+         caBundle: {ca}\n  failurePolicy: Ignore\n  matchPolicy: Equivalent\n  sideEffects: None\n  \
+         timeoutSeconds: 10\n  rules:\n  - apiGroups: [keda.sh]\n    apiVersions: [v1alpha1]\n    \
+         operations: [CREATE, UPDATE]\n    resources: [scaledobjects]\n",
+        backend("kube-system", "metrics-server", metrics_port),
+        api_service(
+            "metrics.k8s.io",
+            "kube-system",
+            "metrics-server",
+            metrics_port
+        ),
+        backend("keda", "keda-metrics-apiserver", adapter_port),
+        api_service(
+            "external.metrics.k8s.io",
+            "keda",
+            "keda-metrics-apiserver",
+            adapter_port
+        ),
+    )
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
+}

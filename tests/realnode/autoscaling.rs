@@ -1,0 +1,499 @@
+//! Autoscaling on real signals: the metrics pipeline beside the real node (metrics-server,
+//! Prometheus, KEDA) feeds the autoscalers a `Clair` asks for, and a load step from the load
+//! generator (`clair_testenv::load`: layers made here, PSK-signed index requests through the
+//! indexer's Service) makes them scale. Behaviour is asserted, not timings: the figures are
+//! the load study's (`scripts/bench load`).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use clair_operator::api::Phase;
+use clair_testenv::load::{self, Class, LayerKind, LayerServer, Sample, Step, Target};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::fixtures::FixtureServer;
+use crate::scan::{START, airgapped_dropin, dump_on_error, service_url};
+use crate::support::clair::{
+    create_clair, external_databases, external_spec, patch_spec, phase_is, secret_text,
+    wait_clair_within,
+};
+use crate::support::{TestEnv, eventually};
+
+const INDEXER: &str = "clair-indexer";
+
+/// Small pods, so that scaling out adds capacity on two cores (three fit beside the
+/// control plane): the study's figures say how they carry over to bigger ones.
+fn small_pod() -> Value {
+    json!({"resources": {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"cpu": "500m", "memory": "1Gi"},
+    }})
+}
+
+/// Scale-in 30 s after the load ends, scale-out at once: short enough for a test.
+fn quick_behavior() -> Value {
+    json!({
+        "scaleUp": {"stabilizationWindowSeconds": 0},
+        "scaleDown": {"stabilizationWindowSeconds": 30, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 15}]},
+    })
+}
+
+/// A Clair whose indexer has `autoscaling`, Available; its namespace and fixture server.
+async fn autoscaled_clair(
+    env: &TestEnv,
+    prefix: &str,
+    autoscaling: Value,
+) -> anyhow::Result<(Client, String, FixtureServer)> {
+    let client = env.client().await?;
+    let ns = env.namespace(prefix).await?;
+    external_databases(env, &client, &ns).await?;
+    let server = FixtureServer::for_scans(&[]).await?;
+    airgapped_dropin(&client, &ns, &server).await?;
+    let mut spec = external_spec();
+    spec["notifier"] = json!({"enabled": false});
+    spec["database"]["external"]
+        .as_object_mut()
+        .context("external databases")?
+        .remove("notifier");
+    spec["indexer"] = json!({"autoscaling": autoscaling, "pod": small_pod()});
+    create_clair(&client, &ns, "clair", spec).await?;
+    let available = wait_clair_within(
+        START,
+        &client,
+        &ns,
+        "clair",
+        "clair Available on the real node",
+        phase_is(Phase::Available),
+    )
+    .await;
+    dump_on_error(env, &ns, available)?;
+    Ok((client, ns, server))
+}
+
+/// The load: new manifests (a Debian layer of 400 packages and a Python tree of 100), from
+/// `clients` clients until `stop` is set or `limit` passes.
+async fn load_target(client: &Client, ns: &str) -> anyhow::Result<Arc<Target>> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
+    Ok(Arc::new(Target {
+        indexer: service_url(client, ns, INDEXER).await?,
+        psk,
+        server: LayerServer::start().await?,
+        new_manifest: Arc::new(|server, seed| {
+            load::Manifest::of(vec![
+                server.add(load::layer(LayerKind::Debian { packages: 400 }, seed)),
+                server.add(load::layer(LayerKind::Python { packages: 100 }, seed)),
+            ])
+        }),
+        request_timeout: Duration::from_secs(120),
+        stop: Arc::new(AtomicBool::new(false)),
+    }))
+}
+
+fn start_load(
+    target: &Arc<Target>,
+    clients: usize,
+    limit: Duration,
+) -> tokio::task::JoinHandle<Vec<Sample>> {
+    let target = Arc::clone(target);
+    tokio::spawn(async move {
+        let step = Step {
+            clients,
+            duration: limit,
+            class: Class::New,
+        };
+        load::run(target, &[step], 5_000).await
+    })
+}
+
+async fn stop_load(
+    target: &Arc<Target>,
+    load: tokio::task::JoinHandle<Vec<Sample>>,
+) -> anyhow::Result<Vec<Sample>> {
+    target
+        .stop
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(load.await?)
+}
+
+/// No answer was a server error and every request got one (429s are Clair's back-pressure,
+/// counted, not failures).
+fn no_failures(samples: &[Sample]) -> anyhow::Result<()> {
+    let failed: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.status == 0 || s.status >= 500)
+        .collect();
+    let refused = samples.iter().filter(|s| s.status == 429).count();
+    println!(
+        "load: {} requests, {} answered 201, {refused} refused with 429, {} failed",
+        samples.len(),
+        samples.iter().filter(|s| s.status == 201).count(),
+        failed.len()
+    );
+    ensure!(
+        failed.is_empty(),
+        "{} of {} index requests failed (status 0 is no answer): {:?}",
+        failed.len(),
+        samples.len(),
+        failed.iter().take(5).collect::<Vec<_>>()
+    );
+    ensure!(
+        samples.iter().any(|s| s.status == 201),
+        "no index request succeeded"
+    );
+    Ok(())
+}
+
+async fn hpa(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Option<HorizontalPodAutoscaler>> {
+    Ok(
+        Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await?,
+    )
+}
+
+fn desired(hpa: &HorizontalPodAutoscaler) -> i32 {
+    hpa.status.as_ref().map_or(0, |s| s.desired_replicas)
+}
+
+async fn ready_pods(client: &Client, ns: &str) -> anyhow::Result<i32> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(INDEXER)
+        .await?;
+    Ok(deployment
+        .status
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0))
+}
+
+/// Every HorizontalPodAutoscaler in `ns` that scales the indexer's Deployment.
+async fn indexer_autoscalers(client: &Client, ns: &str) -> anyhow::Result<Vec<String>> {
+    let all = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    Ok(all
+        .items
+        .iter()
+        .filter(|h| {
+            h.spec
+                .as_ref()
+                .is_some_and(|s| s.scale_target_ref.name == INDEXER)
+        })
+        .map(ResourceExt::name_any)
+        .collect())
+}
+
+async fn scaled_objects(client: &Client, ns: &str) -> anyhow::Result<Vec<String>> {
+    let resource = clair_operator::render::autoscaling::scaled_object_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect())
+}
+
+/// Polls the autoscaler `name` while the load holds, until it asked for `replicas` and as
+/// many indexer pods are ready; then holds the load `hold` longer, checking it never turns
+/// back. Returns the longest `desiredReplicas` sequence seen, for the failure message.
+async fn scales_out_and_holds(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    within: Duration,
+    hold: Duration,
+) -> anyhow::Result<Vec<i32>> {
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    let mut reached: Option<Instant> = None;
+    loop {
+        let read = hpa(client, ns, name).await?;
+        let wanted = read.as_ref().map_or(0, desired);
+        if seen.last() != Some(&wanted) {
+            seen.push(wanted);
+        }
+        match reached {
+            None if wanted >= replicas && ready_pods(client, ns).await? >= replicas => {
+                reached = Some(Instant::now());
+            }
+            None => ensure!(
+                start.elapsed() < within,
+                "{name} did not scale the indexer to {replicas} ready pods within {}s under load: desiredReplicas went {seen:?}; its conditions: {}",
+                within.as_secs(),
+                conditions(read.as_ref())
+            ),
+            Some(at) => {
+                ensure!(
+                    wanted >= replicas,
+                    "{name} turned back to {wanted} while the load held: desiredReplicas went {seen:?}"
+                );
+                if at.elapsed() >= hold {
+                    return Ok(seen);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The autoscaler's conditions, `Type=Status (Reason: message)` each, for a failure message.
+fn conditions(hpa: Option<&HorizontalPodAutoscaler>) -> String {
+    hpa.and_then(|h| h.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .map(|all| {
+            all.iter()
+                .map(|c| {
+                    format!(
+                        "{}={} ({}: {})",
+                        c.type_,
+                        c.status,
+                        c.reason.as_deref().unwrap_or_default(),
+                        c.message.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_else(|| "none".to_string())
+}
+
+async fn scales_in(client: &Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(240),
+        &format!("{name} to scale the idle indexer back to one pod"),
+        || async move {
+            let wanted = hpa(client, ns, name).await?.as_ref().map_or(0, desired);
+            let pods = Api::<Deployment>::namespaced(client.clone(), ns)
+                .get(INDEXER)
+                .await?
+                .spec
+                .and_then(|s| s.replicas);
+            Ok(wanted == 1 && pods == Some(1))
+        },
+    )
+    .await
+}
+
+pub async fn a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let autoscaling = json!({
+        "minReplicas": 1, "maxReplicas": 2,
+        "targetCPUUtilizationPercentage": 60,
+        "behavior": quick_behavior(),
+    });
+    let (client, ns, _server) = autoscaled_clair(env, "hpa", autoscaling).await?;
+    ensure!(
+        indexer_autoscalers(&client, &ns).await? == [INDEXER],
+        "the operator's own HorizontalPodAutoscaler alone scales the indexer"
+    );
+    let target = load_target(&client, &ns).await?;
+    let load = start_load(&target, 4, Duration::from_secs(300));
+    let result = scales_out_and_holds(
+        &client,
+        &ns,
+        INDEXER,
+        2,
+        Duration::from_secs(240),
+        Duration::from_secs(10),
+    )
+    .await;
+    let samples = stop_load(&target, load).await?;
+    result?;
+    // The CPU reading came from metrics-server through the apiserver.
+    let read = hpa(&client, &ns, INDEXER)
+        .await?
+        .context("the autoscaler")?;
+    let cpu = read
+        .status
+        .as_ref()
+        .and_then(|s| s.current_metrics.as_ref())
+        .and_then(|m| m.iter().find_map(|m| m.resource.as_ref()))
+        .and_then(|r| r.current.average_utilization);
+    ensure!(
+        cpu.is_some(),
+        "the autoscaler shows no CPU reading: {:?}",
+        read.status
+    );
+    no_failures(&samples)
+}
+
+pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let prometheus = env
+        .plane
+        .addons()
+        .context("the real node runs no metrics pipeline")?
+        .prometheus_url()
+        .to_string();
+    let autoscaling = json!({
+        "engine": "KEDA",
+        "minReplicas": 1, "maxReplicas": 2,
+        "keda": {"prometheusAddress": prometheus, "targetInFlight": 1, "pollingIntervalSeconds": 5},
+        "behavior": quick_behavior(),
+    });
+    let (client, ns, _server) = autoscaled_clair(env, "keda", autoscaling).await?;
+    let keda_hpa = format!("keda-hpa-{INDEXER}");
+    eventually(
+        Duration::from_secs(60),
+        "KEDA to make its autoscaler for the operator's ScaledObject",
+        || {
+            let (client, ns, keda_hpa) = (&client, &ns, &keda_hpa);
+            async move { Ok(indexer_autoscalers(client, ns).await? == [keda_hpa.clone()]) }
+        },
+    )
+    .await?;
+    ensure!(
+        scaled_objects(&client, &ns).await? == [INDEXER],
+        "one ScaledObject, the indexer's"
+    );
+
+    let target = load_target(&client, &ns).await?;
+    let load = start_load(&target, 4, Duration::from_secs(300));
+    let result = scales_out_and_holds(
+        &client,
+        &ns,
+        &keda_hpa,
+        2,
+        Duration::from_secs(240),
+        Duration::from_secs(20),
+    )
+    .await;
+    let samples = stop_load(&target, load).await?;
+    let seen = result?;
+    println!("keda: desiredReplicas went {seen:?}");
+    no_failures(&samples)?;
+    scales_in(&client, &ns, &keda_hpa).await?;
+
+    // The operator's tuning metrics read KEDA's autoscaler: the scale-up, and how long
+    // its pods took to be ready, as Prometheus scraped them from the operator's pod.
+    let addons = env.plane.addons().context("the metrics pipeline")?;
+    let selector = format!(r#"namespace="{ns}",name="{INDEXER}""#);
+    for series in [
+        format!("clair_operator_autoscaler_scale_ups_total{{{selector}}}"),
+        format!("clair_operator_autoscaler_last_scale_up_ready_seconds{{{selector}}}"),
+    ] {
+        let value = prometheus_value(addons.prometheus_url(), &series).await?;
+        ensure!(
+            value.is_some_and(|v| v >= 1.0 || series.contains("ready_seconds") && v > 0.0),
+            "{series} is {value:?} in Prometheus"
+        );
+    }
+    Ok(())
+}
+
+pub async fn switching_engines_leaves_exactly_one_autoscaler(env: &TestEnv) -> anyhow::Result<()> {
+    let prometheus = env
+        .plane
+        .addons()
+        .context("the real node runs no metrics pipeline")?
+        .prometheus_url()
+        .to_string();
+    let (client, ns, _server) = autoscaled_clair(
+        env,
+        "switch",
+        json!({"minReplicas": 1, "maxReplicas": 2, "targetCPUUtilizationPercentage": 80}),
+    )
+    .await?;
+    // Merge patches, as `kubectl patch --type merge` sends them: the other engine's fields
+    // set to null.
+    let keda_mode = json!({
+        "engine": "KEDA", "minReplicas": 1, "maxReplicas": 2,
+        "keda": {"prometheusAddress": prometheus},
+        "targetCPUUtilizationPercentage": null,
+    });
+    let hpa_mode = json!({
+        "engine": null, "keda": null,
+        "minReplicas": 1, "maxReplicas": 2, "targetCPUUtilizationPercentage": 80,
+    });
+    let one = |wanted: &'static str, objects: usize| {
+        let (client, ns) = (client.clone(), ns.clone());
+        async move {
+            eventually(
+                Duration::from_secs(120),
+                &format!("{wanted} alone to scale the indexer"),
+                || {
+                    let (client, ns) = (client.clone(), ns.clone());
+                    async move {
+                        let autoscalers = indexer_autoscalers(&client, &ns).await?;
+                        let scaled = scaled_objects(&client, &ns).await?;
+                        Ok(autoscalers.len() == 1
+                            && autoscalers[0].starts_with(wanted)
+                            && scaled.len() == objects)
+                    }
+                },
+            )
+            .await
+        }
+    };
+    for (mode, wanted, objects) in [
+        (keda_mode.clone(), "keda-hpa-", 1),
+        (hpa_mode, INDEXER, 0),
+        (keda_mode, "keda-hpa-", 1),
+        (Value::Null, "", 0),
+    ] {
+        patch_spec(
+            &client,
+            &ns,
+            "clair",
+            json!({"indexer": {"autoscaling": mode}}),
+        )
+        .await?;
+        if wanted.is_empty() {
+            eventually(
+                Duration::from_secs(120),
+                "no autoscaler once autoscaling is removed",
+                || {
+                    let (client, ns) = (client.clone(), ns.clone());
+                    async move {
+                        Ok(indexer_autoscalers(&client, &ns).await?.is_empty()
+                            && scaled_objects(&client, &ns).await?.is_empty())
+                    }
+                },
+            )
+            .await?;
+        } else {
+            one(wanted, objects).await?;
+        }
+        let available = wait_clair_within(
+            Duration::from_secs(120),
+            &client,
+            &ns,
+            "clair",
+            "clair Available after the switch",
+            phase_is(Phase::Available),
+        )
+        .await;
+        dump_on_error(env, &ns, available)?;
+    }
+    Ok(())
+}
+
+/// The value of an instant query that returns one sample, if any.
+async fn prometheus_value(prometheus: &str, query: &str) -> anyhow::Result<Option<f64>> {
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("query", query)
+        .finish();
+    let url = format!("{prometheus}/api/v1/query?{query}");
+    let (status, text) = crate::fixtures::request("GET", url, None, None).await?;
+    ensure!(status == 200, "Prometheus answered {status}: {text}");
+    let body: Value = serde_json::from_str(&text)?;
+    Ok(body["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok()))
+}
