@@ -18,7 +18,7 @@ use crate::support::clair::{
     PASSWORD, apply_json, create_clair, external_databases, external_spec, notifier_dropin,
     phase_is, wait_clair,
 };
-use crate::support::{TestEnv, eventually};
+use crate::support::{TestEnv, dashboards, eventually};
 
 /// One sample as the parser read it.
 #[derive(Debug)]
@@ -433,11 +433,10 @@ fn dashboard_queries_exported_metrics(env: &TestEnv) -> anyhow::Result<()> {
         "{MONITORING}/dashboard.json"
     ))?)
     .context("dashboard.json is not JSON")?;
-    let mut queried = Vec::new();
-    collect_exprs(&dashboard, &mut queried);
+    let queried = dashboards::queries(&dashboard);
     ensure!(!queried.is_empty(), "the dashboard has no queries");
     for expr in &queried {
-        for name in metric_names(expr) {
+        for name in dashboards::metric_names(expr, &["clair_operator_"]) {
             ensure!(
                 exported.contains(&name),
                 "the dashboard queries {name}, which the operator does not export ({expr})"
@@ -459,34 +458,4 @@ fn slug(heading: &str) -> String {
             _ => None,
         })
         .collect()
-}
-
-fn collect_exprs(value: &Value, into: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            for (key, value) in map {
-                match (key.as_str(), value) {
-                    ("expr", Value::String(expr)) => into.push(expr.clone()),
-                    _ => collect_exprs(value, into),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_exprs(v, into)),
-        _ => {}
-    }
-}
-
-/// The `clair_operator_*` names in a PromQL expression.
-fn metric_names(expr: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut rest = expr;
-    while let Some(at) = rest.find("clair_operator_") {
-        let name: String = rest[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        rest = &rest[at + name.len()..];
-        names.push(name);
-    }
-    names
 }

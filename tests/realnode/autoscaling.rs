@@ -24,7 +24,7 @@ use crate::support::clair::{
     create_clair, external_databases, external_spec, patch_spec, phase_is, secret_text,
     wait_clair_within,
 };
-use crate::support::{TestEnv, eventually};
+use crate::support::{TestEnv, dashboards, eventually};
 
 const INDEXER: &str = "clair-indexer";
 
@@ -97,20 +97,21 @@ async fn load_target(client: &Client, ns: &str) -> anyhow::Result<Arc<Target>> {
     }))
 }
 
+/// New manifests from `clients` clients each step, for at most `duration` each.
 fn start_load(
     target: &Arc<Target>,
-    clients: usize,
-    limit: Duration,
+    steps: &[(usize, Duration)],
 ) -> tokio::task::JoinHandle<Vec<Sample>> {
     let target = Arc::clone(target);
-    tokio::spawn(async move {
-        let step = Step {
+    let steps: Vec<Step> = steps
+        .iter()
+        .map(|&(clients, duration)| Step {
             clients,
-            duration: limit,
+            duration,
             class: Class::New,
-        };
-        load::run(target, &[step], 5_000).await
-    })
+        })
+        .collect();
+    tokio::spawn(async move { load::run(target, &steps, 5_000).await })
 }
 
 async fn stop_load(
@@ -302,7 +303,7 @@ pub async fn a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads(
         "the operator's own HorizontalPodAutoscaler alone scales the indexer"
     );
     let target = load_target(&client, &ns).await?;
-    let load = start_load(&target, 4, Duration::from_secs(300));
+    let load = start_load(&target, &[(4, Duration::from_secs(300))]);
     let result = scales_out_and_holds(
         &client,
         &ns,
@@ -364,7 +365,12 @@ pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
     );
 
     let target = load_target(&client, &ns).await?;
-    let load = start_load(&target, 4, Duration::from_secs(300));
+    // A burst past the indexer's concurrency limit (GOMAXPROCS × 4: 8 here), then a load
+    // one pod serves with four requests in flight.
+    let load = start_load(
+        &target,
+        &[(16, Duration::from_secs(20)), (4, Duration::from_secs(300))],
+    );
     let result = scales_out_and_holds(
         &client,
         &ns,
@@ -378,11 +384,30 @@ pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
     let seen = result?;
     println!("keda: desiredReplicas went {seen:?}");
     no_failures(&samples)?;
+    ensure!(
+        samples.iter().any(|s| s.status == 429),
+        "the burst of 16 clients met no 429 from the indexer's concurrency limit"
+    );
+    // One vulnerability report, so that the matcher's request series exist too.
+    let matcher = service_url(&client, &ns, "clair-matcher").await?;
+    let token = crate::scan::quay_token(&client, &ns).await?;
+    let (status, _) = crate::fixtures::request(
+        "GET",
+        format!(
+            "{matcher}/matcher/api/v1/vulnerability_report/sha256:{}",
+            "0".repeat(64)
+        ),
+        Some(token),
+        None,
+    )
+    .await?;
+    ensure!(status != 0 && status < 500, "the matcher answered {status}");
+    let addons = env.plane.addons().context("the metrics pipeline")?;
+    clair_dashboard_queries_answer(addons.prometheus_url(), &ns).await?;
     scales_in(&client, &ns, &keda_hpa).await?;
 
     // The operator's tuning metrics read KEDA's autoscaler: the scale-up, and how long
     // its pods took to be ready, as Prometheus scraped them from the operator's pod.
-    let addons = env.plane.addons().context("the metrics pipeline")?;
     let selector = format!(r#"namespace="{ns}",name="{INDEXER}""#);
     for series in [
         format!("clair_operator_autoscaler_scale_ups_total{{{selector}}}"),
@@ -484,15 +509,77 @@ pub async fn switching_engines_leaves_exactly_one_autoscaler(env: &TestEnv) -> a
     Ok(())
 }
 
-/// The value of an instant query that returns one sample, if any.
-async fn prometheus_value(prometheus: &str, query: &str) -> anyhow::Result<Option<f64>> {
+/// Every query of `deploy/monitoring/clair-dashboard.json` evaluates in the harness's
+/// Prometheus, and every metric it names has series there: a real scrape of this Clair's
+/// pods (and the operator's) after load.
+async fn clair_dashboard_queries_answer(prometheus: &str, ns: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/monitoring/clair-dashboard.json"
+    ))?;
+    let dashboard: Value = serde_json::from_str(&text).context("clair-dashboard.json")?;
+    let (status, body) = crate::fixtures::request(
+        "GET",
+        format!("{prometheus}/api/v1/label/__name__/values"),
+        None,
+        None,
+    )
+    .await?;
+    ensure!(status == 200, "Prometheus answered {status}: {body}");
+    let scraped: Value = serde_json::from_str(&body)?;
+    let scraped: Vec<&str> = scraped["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let queries = dashboards::queries(&dashboard);
+    ensure!(!queries.is_empty(), "the Clair dashboard has no queries");
+    for expr in queries {
+        for name in dashboards::metric_names(
+            &expr,
+            &["clair_", "claircore_", "pgxpool_", "process_", "go_"],
+        ) {
+            ensure!(
+                scraped.contains(&name.as_str()),
+                "the Clair dashboard queries {name}, which Prometheus has not scraped ({expr})"
+            );
+        }
+        let query = expr.replace("$namespace", ns);
+        let answer = prometheus_query(prometheus, &query).await?;
+        ensure!(
+            answer["status"] == "success",
+            "the Clair dashboard's query {query} fails: {answer}"
+        );
+    }
+    Ok(())
+}
+
+async fn prometheus_query(prometheus: &str, query: &str) -> anyhow::Result<Value> {
     let query: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("query", query)
         .finish();
-    let url = format!("{prometheus}/api/v1/query?{query}");
-    let (status, text) = crate::fixtures::request("GET", url, None, None).await?;
-    ensure!(status == 200, "Prometheus answered {status}: {text}");
-    let body: Value = serde_json::from_str(&text)?;
+    let (status, text) = crate::fixtures::request(
+        "GET",
+        format!("{prometheus}/api/v1/query?{query}"),
+        None,
+        None,
+    )
+    .await?;
+    ensure!(
+        status == 200 || status == 400 || status == 422,
+        "Prometheus answered {status}: {text}"
+    );
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// The value of an instant query that returns one sample, if any.
+async fn prometheus_value(prometheus: &str, query: &str) -> anyhow::Result<Option<f64>> {
+    let body = prometheus_query(prometheus, query).await?;
+    ensure!(
+        body["status"] == "success",
+        "the query {query} fails: {body}"
+    );
     Ok(body["data"]["result"][0]["value"][1]
         .as_str()
         .and_then(|v| v.parse().ok()))

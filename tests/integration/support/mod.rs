@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod clair;
+pub mod dashboards;
 pub mod runner;
 
 use std::process::Command;
