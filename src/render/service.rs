@@ -8,9 +8,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EphemeralVolumeSource, HTTPGetAction,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSpec, PodTemplateSpec, Probe,
-    Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec as KubeServiceSpec, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    Lifecycle, LifecycleHandler, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSpec,
+    PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort,
+    ServiceSpec as KubeServiceSpec, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -36,6 +36,11 @@ pub const CONFIG_HASH: &str = "clair.projectquay.io/config-hash";
 /// The label on config snapshot Secrets carrying the hash.
 pub const SNAPSHOT_HASH: &str = "clair.projectquay.io/config-hash";
 const DEFAULT_SCRATCH: &str = "10Gi";
+/// How long a stopping pod keeps serving before Clair is told to stop: long enough for
+/// kube-proxy and ingress controllers to take it out of the endpoints.
+pub const PRE_STOP_SECONDS: i64 = 15;
+/// How long Clair drains in-flight requests after SIGTERM (fixed in Clair 4.9).
+const CLAIR_DRAIN_SECONDS: i64 = 10;
 
 /// What the builders need to know about one service resource.
 pub struct ServiceInput<'a> {
@@ -183,6 +188,13 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             value: Some(format!("{CONFIG_DIR}/{CONFIG_FILE}")),
             ..Default::default()
         },
+        // The root filesystem is read-only: the RPM, dnf and Go-binary scanners spool to
+        // the temporary folder, which must be the scratch volume, as unpacked layers are.
+        EnvVar {
+            name: "TMPDIR".to_string(),
+            value: Some("/var/tmp".to_string()),
+            ..Default::default()
+        },
     ];
     let container = Container {
         name: "clair".to_string(),
@@ -206,6 +218,17 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         startup_probe: Some(probe("/readyz", 5, 60)),
         readiness_probe: Some(probe("/readyz", 10, 3)),
         liveness_probe: Some(probe("/healthz", 20, 3)),
+        // Scale-in and rolls: the pod leaves the Service's endpoints while it still serves,
+        // so requests stop arriving before Clair's own 10 s drain begins.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: PRE_STOP_SECONDS,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         resources: Some(with_default_requests(
             pod.resources.clone(),
             "100m",
@@ -245,9 +268,11 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             },
             scratch_volume(spec),
         ]),
+        // The pre-stop wait, Clair's drain, and time for the requests it lets finish.
+        termination_grace_period_seconds: Some(PRE_STOP_SECONDS + CLAIR_DRAIN_SECONDS + 15),
         ..restricted_pod(input.users, CLAIR_UID)
     };
-    settings::apply(&mut pod_spec, pod, &["CLAIR_MODE", "CLAIR_CONF"]);
+    settings::apply(&mut pod_spec, pod, &["CLAIR_MODE", "CLAIR_CONF", "TMPDIR"]);
     Deployment {
         metadata: metadata(input, input.name.to_string()),
         spec: Some(DeploymentSpec {
@@ -483,6 +508,32 @@ pub(crate) mod tests {
                 Some(v)
             );
         }
+    }
+
+    #[test]
+    fn a_stopping_pod_leaves_the_endpoints_before_clair_drains_and_spools_to_scratch() {
+        let spec = spec();
+        let deployment = deployment(&input(&spec), "s", "h");
+        let pod = deployment.spec.unwrap().template.spec.unwrap();
+        let container = &pod.containers[0];
+        let wait = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|p| p.sleep.as_ref())
+            .map(|s| s.seconds);
+        assert_eq!(wait, Some(PRE_STOP_SECONDS));
+        // Grace for the wait, Clair's 10 s drain, and more.
+        assert!(pod.termination_grace_period_seconds > Some(PRE_STOP_SECONDS + 10));
+        let env = container.env.as_ref().unwrap();
+        let tmpdir = env.iter().find(|e| e.name == "TMPDIR");
+        assert_eq!(tmpdir.and_then(|e| e.value.as_deref()), Some("/var/tmp"));
+        let scratch = container.volume_mounts.as_ref().unwrap();
+        assert!(
+            scratch
+                .iter()
+                .any(|m| m.mount_path == "/var/tmp" && m.name == "scratch")
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod process;
 
 pub use addons::Addons;
 pub use binaries::Binaries;
-pub use binaries::clair_binaries;
+pub use binaries::{clair_binaries, metrics_server_binary};
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};
 pub use host::{NODE_IP, POD_CIDR};
 pub use pki::WEBHOOK_CLIENT_NAME;

@@ -277,7 +277,8 @@ impl Manifest {
         }
     }
 
-    fn body(&self) -> String {
+    /// The body of its index request.
+    pub fn body(&self) -> String {
         let layers: Vec<serde_json::Value> = self
             .layers
             .iter()

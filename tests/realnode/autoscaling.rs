@@ -303,6 +303,7 @@ pub async fn a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads(
         "the operator's own HorizontalPodAutoscaler alone scales the indexer"
     );
     let target = load_target(&client, &ns).await?;
+    a_go_binary_is_indexed(&client, &ns, &target).await?;
     let load = start_load(&target, &[(4, Duration::from_secs(300))]);
     let result = scales_out_and_holds(
         &client,
@@ -509,6 +510,46 @@ pub async fn switching_engines_leaves_exactly_one_autoscaler(env: &TestEnv) -> a
     Ok(())
 }
 
+/// A Go binary with build information (metrics-server's, built here) is indexed and its
+/// modules reported: the Go-binary scanner spools it to the temporary folder, which the
+/// pod's read-only root filesystem would refuse were it not the scratch volume.
+async fn a_go_binary_is_indexed(client: &Client, ns: &str, target: &Target) -> anyhow::Result<()> {
+    let binary = std::fs::read(clair_testenv::metrics_server_binary()?)?;
+    let layer = target
+        .server
+        .add(load::file_layer("usr/local/bin/metrics-server", &binary, 1));
+    let manifest = load::Manifest::of(vec![layer.clone()]);
+    let token = crate::scan::quay_token(client, ns).await?;
+    let (status, text) = crate::fixtures::request(
+        "POST",
+        format!("{}/indexer/api/v1/index_report", target.indexer),
+        Some(token),
+        Some(manifest.body()),
+    )
+    .await?;
+    target.server.remove(&layer);
+    ensure!(
+        status == 201,
+        "indexing a Go binary answered {status}: {text}"
+    );
+    let report: Value = serde_json::from_str(&text)?;
+    ensure!(
+        report["state"] == "IndexFinished" && report["success"] == true,
+        "indexing a Go binary did not finish: {}",
+        report["err"]
+    );
+    let modules = report["packages"].as_object().map_or(0, |p| {
+        p.values()
+            .filter(|p| p["name"].as_str().is_some_and(|n| n.contains("k8s.io/")))
+            .count()
+    });
+    ensure!(
+        modules > 0,
+        "no Go module of the binary was reported: {report}"
+    );
+    Ok(())
+}
+
 /// Every query of `deploy/monitoring/clair-dashboard.json` evaluates in the harness's
 /// Prometheus, and every metric it names has series there: a real scrape of this Clair's
 /// pods (and the operator's) after load.
@@ -518,33 +559,36 @@ async fn clair_dashboard_queries_answer(prometheus: &str, ns: &str) -> anyhow::R
         "/deploy/monitoring/clair-dashboard.json"
     ))?;
     let dashboard: Value = serde_json::from_str(&text).context("clair-dashboard.json")?;
-    let (status, body) = crate::fixtures::request(
-        "GET",
-        format!("{prometheus}/api/v1/label/__name__/values"),
-        None,
-        None,
-    )
-    .await?;
-    ensure!(status == 200, "Prometheus answered {status}: {body}");
-    let scraped: Value = serde_json::from_str(&body)?;
-    let scraped: Vec<&str> = scraped["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     let queries = dashboards::queries(&dashboard);
     ensure!(!queries.is_empty(), "the Clair dashboard has no queries");
-    for expr in queries {
+    let mut named: Vec<(String, String)> = Vec::new();
+    for expr in &queries {
         for name in dashboards::metric_names(
-            &expr,
+            expr,
             &["clair_", "claircore_", "pgxpool_", "process_", "go_"],
         ) {
-            ensure!(
-                scraped.contains(&name.as_str()),
-                "the Clair dashboard queries {name}, which Prometheus has not scraped ({expr})"
-            );
+            named.push((name, expr.clone()));
         }
+    }
+    // Scraped every 5 s: the last requests' series appear within a few scrapes.
+    let mut missing = Vec::new();
+    for _ in 0..20 {
+        let scraped = series_names(prometheus).await?;
+        missing = named
+            .iter()
+            .filter(|(name, _)| !scraped.contains(name))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    ensure!(
+        missing.is_empty(),
+        "the Clair dashboard queries metrics Prometheus has not scraped: {missing:?}"
+    );
+    for expr in queries {
         let query = expr.replace("$namespace", ns);
         let answer = prometheus_query(prometheus, &query).await?;
         ensure!(
@@ -553,6 +597,26 @@ async fn clair_dashboard_queries_answer(prometheus: &str, ns: &str) -> anyhow::R
         );
     }
     Ok(())
+}
+
+/// Every metric name Prometheus holds series of.
+async fn series_names(prometheus: &str) -> anyhow::Result<Vec<String>> {
+    let (status, body) = crate::fixtures::request(
+        "GET",
+        format!("{prometheus}/api/v1/label/__name__/values"),
+        None,
+        None,
+    )
+    .await?;
+    ensure!(status == 200, "Prometheus answered {status}: {body}");
+    let names: Value = serde_json::from_str(&body)?;
+    Ok(names["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect())
 }
 
 async fn prometheus_query(prometheus: &str, query: &str) -> anyhow::Result<Value> {
