@@ -307,6 +307,9 @@ pub struct Step {
     pub class: Class,
 }
 
+/// Makes a new manifest from a seed, serving its layers.
+pub type MakeManifest = Arc<dyn Fn(&LayerServer, u64) -> Manifest + Send + Sync>;
+
 /// Where the load goes and what makes new manifests.
 pub struct Target {
     /// `http://HOST:PORT` of the indexer's Service.
@@ -315,7 +318,7 @@ pub struct Target {
     pub psk: String,
     pub server: LayerServer,
     /// The layers of a new manifest, made from a seed.
-    pub new_manifest: Arc<dyn Fn(&LayerServer, u64) -> Manifest + Send + Sync>,
+    pub new_manifest: MakeManifest,
     /// Each request is given up after this.
     pub request_timeout: Duration,
     /// Set to end the run early: every client stops after its request in flight.
