@@ -1,7 +1,8 @@
 //! What the cluster serves beyond core Kubernetes (ServiceMonitors, OpenShift Routes, Gateway
-//! API HTTPRoutes, KEDA's ScaledObjects), checked through discovery, shared by every controller. The answers are
-//! forgotten when a CustomResourceDefinition changes (and after a minute in any case), so an
-//! API installed after the operator started is picked up without a restart.
+//! API HTTPRoutes, KEDA's ScaledObjects), checked through discovery, shared by every
+//! controller. The answers are forgotten when a CustomResourceDefinition changes (and after a
+//! minute in any case), so an API installed after the operator started is picked up without a
+//! restart.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -9,7 +9,7 @@
 //! machine.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use crate::binaries::{keda_dir, metrics_server_binary};
 use crate::controlplane::free_ports;
 use crate::host::NODE_IP;
-use crate::process::Process;
+use crate::process::{Process, wait_while_running};
 use crate::{Error, Result, io_error};
 
 /// The built parts, found (or built) before the host is changed.
@@ -220,26 +220,15 @@ impl Addons {
         &mut self,
         what: &str,
         timeout: Duration,
-        mut ready: impl FnMut() -> bool,
+        ready: impl FnMut() -> bool,
     ) -> Result<()> {
-        let start = Instant::now();
-        while !ready() {
-            self.check_running()?;
-            if start.elapsed() > timeout {
-                let tails: Vec<String> = self
-                    .processes
-                    .iter()
-                    .map(|p| format!("--- {} ---\n{}", p.name(), p.tail(10)))
-                    .collect();
-                return Err(Error::Timeout {
-                    what: what.to_string(),
-                    seconds: timeout.as_secs(),
-                    detail: format!("; last log lines:\n{}", tails.join("\n")),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        Ok(())
+        wait_while_running(
+            &mut self.processes,
+            what,
+            timeout,
+            Duration::from_millis(500),
+            ready,
+        )
     }
 
     pub fn stop(&mut self) {

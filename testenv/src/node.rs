@@ -5,11 +5,11 @@
 //! pulled. The host state they change is recorded and put back by [`crate::host`].
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::binaries::Binaries;
 use crate::host::{self, BRIDGE, EGRESS_CHAIN, HostState, NODE_IP, POD_CIDR};
-use crate::process::Process;
+use crate::process::{Process, wait_while_running};
 use crate::{Error, Result, io_error};
 
 /// The node's name, as it registers itself.
@@ -331,27 +331,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Ok(())
     }
 
-    fn wait(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        mut ready: impl FnMut() -> bool,
-    ) -> Result<()> {
-        let start = Instant::now();
-        while !ready() {
-            for process in &mut self.processes {
-                process.check_running()?;
-            }
-            if start.elapsed() > timeout {
-                return Err(Error::Timeout {
-                    what: what.to_string(),
-                    seconds: timeout.as_secs(),
-                    detail: String::new(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
+    fn wait(&mut self, what: &str, timeout: Duration, ready: impl FnMut() -> bool) -> Result<()> {
+        wait_while_running(
+            &mut self.processes,
+            what,
+            timeout,
+            Duration::from_millis(100),
+            ready,
+        )
     }
 
     /// Fails with the end of its log when a node process has exited.

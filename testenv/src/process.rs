@@ -141,3 +141,31 @@ impl Drop for Process {
         self.stop();
     }
 }
+
+/// Waits until `ready` holds, polling every `every`: fails at once with the end of its log
+/// when one of `processes` has exited, and after `timeout` with each one's last lines.
+pub(crate) fn wait_while_running(
+    processes: &mut [Process],
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<()> {
+    let start = Instant::now();
+    while !ready() {
+        processes.iter_mut().try_for_each(Process::check_running)?;
+        if start.elapsed() > timeout {
+            let tails: Vec<String> = processes
+                .iter()
+                .map(|p| format!("--- {} ---\n{}", p.name(), p.tail(10)))
+                .collect();
+            return Err(Error::Timeout {
+                what: what.to_string(),
+                seconds: timeout.as_secs(),
+                detail: format!("; last log lines:\n{}", tails.join("\n")),
+            });
+        }
+        std::thread::sleep(every);
+    }
+    Ok(())
+}

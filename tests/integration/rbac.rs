@@ -13,6 +13,36 @@ use crate::support::TestEnv;
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     // (group, resource, verb, why)
     (
+        "keda.sh",
+        "scaledobjects",
+        "get",
+        "engine KEDA: this suite's cluster serves no KEDA; the real-node tier, which runs KEDA, writes and switches ScaledObjects (tests/realnode/autoscaling.rs)",
+    ),
+    (
+        "keda.sh",
+        "scaledobjects",
+        "list",
+        "engine KEDA: the applier lists the ScaledObjects a service owns (real-node tier)",
+    ),
+    (
+        "keda.sh",
+        "scaledobjects",
+        "create",
+        "engine KEDA: a service's ScaledObject, created by server-side apply (real-node tier)",
+    ),
+    (
+        "keda.sh",
+        "scaledobjects",
+        "patch",
+        "engine KEDA: the ScaledObject applied (real-node tier)",
+    ),
+    (
+        "keda.sh",
+        "scaledobjects",
+        "delete",
+        "engine KEDA: switching back to HPA or dropping autoscaling deletes it (real-node tier)",
+    ),
+    (
         "coordination.k8s.io",
         "leases",
         "get",

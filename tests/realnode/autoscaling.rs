@@ -32,7 +32,7 @@ const INDEXER: &str = "clair-indexer";
 /// control plane): the study's figures say how they carry over to bigger ones.
 fn small_pod() -> Value {
     json!({"resources": {
-        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"cpu": "500m", "memory": "1Gi"},
     }})
 }
@@ -45,17 +45,16 @@ fn quick_behavior() -> Value {
     })
 }
 
-/// A Clair whose indexer has `autoscaling`, Available; its namespace and fixture server.
+/// A Clair in `ns` whose indexer has `autoscaling`, Available; its fixture server.
 async fn autoscaled_clair(
     env: &TestEnv,
-    prefix: &str,
+    ns: &str,
     autoscaling: Value,
-) -> anyhow::Result<(Client, String, FixtureServer)> {
+) -> anyhow::Result<(Client, FixtureServer)> {
     let client = env.client().await?;
-    let ns = env.namespace(prefix).await?;
-    external_databases(env, &client, &ns).await?;
+    external_databases(env, &client, ns).await?;
     let server = FixtureServer::for_scans(&[]).await?;
-    airgapped_dropin(&client, &ns, &server).await?;
+    airgapped_dropin(&client, ns, &server).await?;
     let mut spec = external_spec();
     spec["notifier"] = json!({"enabled": false});
     spec["database"]["external"]
@@ -63,18 +62,44 @@ async fn autoscaled_clair(
         .context("external databases")?
         .remove("notifier");
     spec["indexer"] = json!({"autoscaling": autoscaling, "pod": small_pod()});
-    create_clair(&client, &ns, "clair", spec).await?;
+    create_clair(&client, ns, "clair", spec).await?;
     let available = wait_clair_within(
         START,
         &client,
-        &ns,
+        ns,
         "clair",
         "clair Available on the real node",
         phase_is(Phase::Available),
     )
     .await;
-    dump_on_error(env, &ns, available)?;
-    Ok((client, ns, server))
+    dump_on_error(env, ns, available)?;
+    Ok((client, server))
+}
+
+/// Runs `test` in a namespace of its own, then deletes the namespace and waits until its
+/// pods are gone: the node has two cores, and the tests after need their CPU requests.
+async fn in_own_namespace<'a, F, Fut>(env: &'a TestEnv, prefix: &str, test: F) -> anyhow::Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + 'a,
+{
+    let ns = env.namespace(prefix).await?;
+    let result = test(ns.clone()).await;
+    let client = env.client().await?;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .delete(&ns, &Default::default())
+        .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, &ns);
+    eventually(
+        Duration::from_secs(120),
+        &format!("the pods of namespace {ns} to be gone"),
+        || {
+            let pods = pods.clone();
+            async move { Ok(pods.list(&ListParams::default()).await?.items.is_empty()) }
+        },
+    )
+    .await?;
+    result
 }
 
 /// The load: new manifests (a Debian layer of 400 packages and a Python tree of 100), from
@@ -292,12 +317,16 @@ async fn scales_in(client: &Client, ns: &str, name: &str) -> anyhow::Result<()> 
 pub async fn a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
+    in_own_namespace(env, "hpa", |ns| cpu_autoscaler(env, ns)).await
+}
+
+async fn cpu_autoscaler(env: &TestEnv, ns: String) -> anyhow::Result<()> {
     let autoscaling = json!({
         "minReplicas": 1, "maxReplicas": 2,
         "targetCPUUtilizationPercentage": 60,
         "behavior": quick_behavior(),
     });
-    let (client, ns, _server) = autoscaled_clair(env, "hpa", autoscaling).await?;
+    let (client, _server) = autoscaled_clair(env, &ns, autoscaling).await?;
     ensure!(
         indexer_autoscalers(&client, &ns).await? == [INDEXER],
         "the operator's own HorizontalPodAutoscaler alone scales the indexer"
@@ -337,19 +366,18 @@ pub async fn a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads(
 pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let prometheus = env
-        .plane
-        .addons()
-        .context("the real node runs no metrics pipeline")?
-        .prometheus_url()
-        .to_string();
+    in_own_namespace(env, "keda", |ns| keda_autoscaler(env, ns)).await
+}
+
+async fn keda_autoscaler(env: &TestEnv, ns: String) -> anyhow::Result<()> {
+    let prometheus = prometheus_url(env)?;
     let autoscaling = json!({
         "engine": "KEDA",
         "minReplicas": 1, "maxReplicas": 2,
         "keda": {"prometheusAddress": prometheus, "targetInFlight": 1, "pollingIntervalSeconds": 5},
         "behavior": quick_behavior(),
     });
-    let (client, ns, _server) = autoscaled_clair(env, "keda", autoscaling).await?;
+    let (client, _server) = autoscaled_clair(env, &ns, autoscaling).await?;
     let keda_hpa = format!("keda-hpa-{INDEXER}");
     eventually(
         Duration::from_secs(60),
@@ -403,8 +431,7 @@ pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
     )
     .await?;
     ensure!(status != 0 && status < 500, "the matcher answered {status}");
-    let addons = env.plane.addons().context("the metrics pipeline")?;
-    clair_dashboard_queries_answer(addons.prometheus_url(), &ns).await?;
+    clair_dashboard_queries_answer(&prometheus, &ns).await?;
     scales_in(&client, &ns, &keda_hpa).await?;
 
     // The operator's tuning metrics read KEDA's autoscaler: the scale-up, and how long
@@ -414,7 +441,7 @@ pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
         format!("clair_operator_autoscaler_scale_ups_total{{{selector}}}"),
         format!("clair_operator_autoscaler_last_scale_up_ready_seconds{{{selector}}}"),
     ] {
-        let value = prometheus_value(addons.prometheus_url(), &series).await?;
+        let value = prometheus_value(&prometheus, &series).await?;
         ensure!(
             value.is_some_and(|v| v >= 1.0 || series.contains("ready_seconds") && v > 0.0),
             "{series} is {value:?} in Prometheus"
@@ -424,15 +451,14 @@ pub async fn keda_scales_the_indexer_on_its_in_flight_requests_and_back_in(
 }
 
 pub async fn switching_engines_leaves_exactly_one_autoscaler(env: &TestEnv) -> anyhow::Result<()> {
-    let prometheus = env
-        .plane
-        .addons()
-        .context("the real node runs no metrics pipeline")?
-        .prometheus_url()
-        .to_string();
-    let (client, ns, _server) = autoscaled_clair(
+    in_own_namespace(env, "switch", |ns| switching_engines(env, ns)).await
+}
+
+async fn switching_engines(env: &TestEnv, ns: String) -> anyhow::Result<()> {
+    let prometheus = prometheus_url(env)?;
+    let (client, _server) = autoscaled_clair(
         env,
-        "switch",
+        &ns,
         json!({"minReplicas": 1, "maxReplicas": 2, "targetCPUUtilizationPercentage": 80}),
     )
     .await?;
@@ -635,6 +661,16 @@ async fn prometheus_query(prometheus: &str, query: &str) -> anyhow::Result<Value
         "Prometheus answered {status}: {text}"
     );
     Ok(serde_json::from_str(&text)?)
+}
+
+/// The harness's Prometheus, beside the real node.
+fn prometheus_url(env: &TestEnv) -> anyhow::Result<String> {
+    Ok(env
+        .plane
+        .addons()
+        .context("the real node runs no metrics pipeline")?
+        .prometheus_url()
+        .to_string())
 }
 
 /// The value of an instant query that returns one sample, if any.
