@@ -102,8 +102,8 @@ where
     result
 }
 
-/// The load: new manifests (a Debian layer of 400 packages and a Python tree of 100), from
-/// `clients` clients until `stop` is set or `limit` passes.
+/// Where the load goes: the indexer's Service, signed with the Clair's PSK; each request a
+/// new manifest (a Debian layer of 400 packages and a Python tree of 100).
 async fn load_target(client: &Client, ns: &str) -> anyhow::Result<Arc<Target>> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
