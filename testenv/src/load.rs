@@ -36,16 +36,6 @@ pub enum Class {
     Same,
 }
 
-impl Class {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::New => "new",
-            Class::Known => "known",
-            Class::Same => "same",
-        }
-    }
-}
-
 /// The kinds of layer made here, each from a real package database format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerKind {
@@ -450,16 +440,6 @@ async fn send(target: &Target, manifest: &Manifest) -> u16 {
     .unwrap_or(0)
 }
 
-/// The `p`-th percentile (0-100) of `values`, by nearest rank; `None` if empty.
-pub fn percentile(values: &mut [Duration], p: f64) -> Option<Duration> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort();
-    let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
-    Some(values[rank.clamp(1, values.len()) - 1])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,20 +452,6 @@ mod tests {
         let status = layer(kind, 7);
         let text = String::from_utf8_lossy(&status);
         assert_eq!(text.matches("Package: pkg-7-").count(), 3);
-    }
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let mut values: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(
-            percentile(&mut values, 50.0),
-            Some(Duration::from_millis(50))
-        );
-        assert_eq!(
-            percentile(&mut values, 99.0),
-            Some(Duration::from_millis(99))
-        );
-        assert_eq!(percentile(&mut [], 50.0), None);
     }
 
     #[test]

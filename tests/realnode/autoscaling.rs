@@ -85,11 +85,18 @@ where
 {
     let ns = env.namespace(prefix).await?;
     let result = test(ns.clone()).await;
+    let released = release(env, &ns).await;
+    // The test's own failure first: a cleanup failure after it says less.
+    result.and(released)
+}
+
+/// Deletes the namespace `ns` and waits until its pods are gone.
+async fn release(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
     let client = env.client().await?;
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .delete(&ns, &Default::default())
+        .delete(ns, &Default::default())
         .await?;
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, &ns);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, ns);
     eventually(
         Duration::from_secs(120),
         &format!("the pods of namespace {ns} to be gone"),
@@ -98,8 +105,7 @@ where
             async move { Ok(pods.list(&ListParams::default()).await?.items.is_empty()) }
         },
     )
-    .await?;
-    result
+    .await
 }
 
 /// Where the load goes: the indexer's Service, signed with the Clair's PSK; each request a
