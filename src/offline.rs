@@ -837,10 +837,16 @@ spec:
             .to_string();
         assert!(error.starts_with("document 1 (Pod p)"), "{error}");
         let example = include_str!("../examples/clair.yaml");
-        let error = rendered(&example.replace("replicas: 2", "replicas: two"))
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("spec.indexer.replicas"), "{error}");
+        let error = rendered(&example.replace(
+            "minReplicas: 2, maxReplicas: 6",
+            "minReplicas: two, maxReplicas: 6",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("spec.indexer.autoscaling.minReplicas"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -11,12 +11,6 @@ use crate::api::ServiceKind;
 /// default); ordinary roles cannot use them.
 pub const RESERVED: u32 = 3;
 
-/// Clair's pool size when the connection string sets no `pool_max_conns`: pgxpool's
-/// default, `max(4, number of CPUs)`. The CPUs are those of the pod's CPU limit when set.
-pub fn default_pool(cpu_limit_cores: Option<u32>) -> u32 {
-    cpu_limit_cores.unwrap_or(0).max(4)
-}
-
 /// One service's most connections.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Demand {
@@ -25,7 +19,8 @@ pub struct Demand {
     pub engine: String,
     /// Connections per pod.
     pub pool: u32,
-    /// Whether `pool` is pgxpool's default rather than a `pool_max_conns` the string sets.
+    /// Whether `pool` is assumed: neither the string nor the operator sets `pool_max_conns`
+    /// (pgxpool's default follows the node's cores).
     pub pool_assumed: bool,
     /// Most pods: the autoscaler's maximum, else the replica count.
     pub max_replicas: u32,
@@ -156,12 +151,5 @@ mod tests {
         }
         let limits = BTreeMap::from([("a".to_string(), Some(200)), ("b".to_string(), None)]);
         assert!(matches!(check(&demands, &limits), Budget::Unknown { .. }));
-    }
-
-    #[test]
-    fn default_pool_follows_cpus() {
-        assert_eq!(default_pool(None), 4);
-        assert_eq!(default_pool(Some(2)), 4);
-        assert_eq!(default_pool(Some(16)), 16);
     }
 }

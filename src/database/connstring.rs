@@ -358,9 +358,53 @@ pub fn render(settings: &[(&str, &str)]) -> String {
         .join(" ")
 }
 
+/// `text` with `key=value` added when it sets no `key` (a string that does not parse is
+/// returned as it is: the database check reports it). Key/value strings get ` key=value`;
+/// URLs get `?key=value` or `&key=value`.
+pub fn with_default(text: &str, key: &str, value: &str) -> String {
+    let Ok(settings) = parse(text) else {
+        return text.to_string();
+    };
+    if settings.get(key).is_some() {
+        return text.to_string();
+    }
+    let text = text.trim();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        let separator = if text.contains('?') { '&' } else { '?' };
+        format!("{text}{separator}{key}={value}")
+    } else {
+        format!("{text} {key}={value}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_is_added_only_where_the_string_has_none() {
+        for (text, wanted) in [
+            ("host=h user=u", "host=h user=u pool_max_conns=6"),
+            ("host=h pool_max_conns=12", "host=h pool_max_conns=12"),
+            ("postgresql://u@h/d", "postgresql://u@h/d?pool_max_conns=6"),
+            (
+                "postgres://u@h/d?sslmode=verify-full",
+                "postgres://u@h/d?sslmode=verify-full&pool_max_conns=6",
+            ),
+            (
+                "postgresql://u@h/d?pool_max_conns=2",
+                "postgresql://u@h/d?pool_max_conns=2",
+            ),
+            ("", ""),
+        ] {
+            let rendered = with_default(text, "pool_max_conns", "6");
+            assert_eq!(rendered, wanted, "{text}");
+            if !text.is_empty() {
+                let parsed = parse(&rendered).unwrap();
+                assert!(parsed.pool_max_conns().unwrap().is_some(), "{rendered}");
+            }
+        }
+    }
 
     #[test]
     fn url_form() {

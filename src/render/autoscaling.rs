@@ -11,13 +11,15 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::service::{ServiceInput, metadata};
+use super::sizing;
 use crate::api::common::{Autoscaling, KedaAutoscaling};
 use crate::api::{AutoscalingEngine, ServiceKind};
 
-/// Average in-flight requests per pod KEDA keeps by default, per service (docs/autoscaling.md
-/// says where each comes from).
+/// Average in-flight requests per pod KEDA keeps by default, per service, for pods without
+/// a CPU limit (docs/autoscaling.md says where each comes from). With a limit, the indexer's
+/// is what the limit serves at saturation ([`sizing::saturating_requests`]).
 pub const DEFAULT_TARGET_IN_FLIGHT: [(ServiceKind, i32); 3] = [
-    (ServiceKind::Indexer, 2),
+    (ServiceKind::Indexer, 4),
     (ServiceKind::Matcher, 4),
     (ServiceKind::Notifier, 4),
 ];
@@ -143,16 +145,27 @@ fn in_flight(kind: ServiceKind) -> (&'static str, &'static str) {
     }
 }
 
+/// The in-flight target when the spec sets none: for an indexer with a CPU limit, the
+/// requests that limit serves at saturation; else the service's constant.
+pub fn default_target_in_flight(input: &ServiceInput) -> i32 {
+    match (input.kind, sizing::cpu_limit_millis(&input.spec.pod)) {
+        (ServiceKind::Indexer, Some(millis)) => {
+            i32::try_from(sizing::saturating_requests(millis)).unwrap_or(i32::MAX)
+        }
+        _ => DEFAULT_TARGET_IN_FLIGHT
+            .iter()
+            .find(|(kind, _)| *kind == input.kind)
+            .map_or(4, |(_, target)| *target),
+    }
+}
+
 /// KEDA's Prometheus triggers: in-flight requests per pod, and for the indexer the 429s
 /// its concurrency limit answers (which never show as in flight). `or vector(0)`: no series
 /// yet (no request since the pods started) reads as no load, not as an error.
 fn triggers(input: &ServiceInput, keda: &KedaAutoscaling) -> Vec<Value> {
-    let target = keda.target_in_flight.unwrap_or_else(|| {
-        DEFAULT_TARGET_IN_FLIGHT
-            .iter()
-            .find(|(kind, _)| *kind == input.kind)
-            .map_or(4, |(_, target)| *target)
-    });
+    let target = keda
+        .target_in_flight
+        .unwrap_or_else(|| default_target_in_flight(input));
     let pods = pods(input);
     let (series, handler) = in_flight(input.kind);
     let trigger = |name: &str, query: String, threshold: String| {
@@ -265,5 +278,42 @@ mod tests {
         );
         assert!(triggers.iter().all(|t| t["metricType"] == "AverageValue"));
         assert!(object.metadata.owner_references.is_some());
+    }
+
+    #[test]
+    fn an_indexers_default_in_flight_target_follows_its_cpu_limit() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let mut spec = spec();
+        spec.autoscaling = Some(keda());
+        let mut input = input(&spec);
+        input.kind = ServiceKind::Indexer;
+        assert_eq!(
+            default_target_in_flight(&input),
+            4,
+            "no limit: the constant"
+        );
+        let mut limited = spec.clone();
+        limited.pod.resources = Some(ResourceRequirements {
+            limits: Some([("cpu".to_string(), Quantity("500m".into()))].into()),
+            ..Default::default()
+        });
+        input.spec = &limited;
+        assert_eq!(
+            default_target_in_flight(&input),
+            2,
+            "what 500m serves at saturation"
+        );
+        let object = scaled_object(&input).expect("a ScaledObject");
+        assert_eq!(
+            object.data["spec"]["triggers"][0]["metadata"]["threshold"],
+            "2"
+        );
+        input.kind = ServiceKind::Matcher;
+        assert_eq!(
+            default_target_in_flight(&input),
+            4,
+            "the matcher's constant"
+        );
     }
 }

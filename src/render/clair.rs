@@ -19,7 +19,7 @@ use super::pod::{
     CLAIR_UID, PodUsers, restricted_container, restricted_pod, with_default_requests,
 };
 use super::service::{API_PORT, INTROSPECTION_PORT, url};
-use super::settings;
+use super::{settings, sizing};
 use crate::api::ServiceKind;
 use crate::api::clair::{ServiceOverrides, UpdaterMode, UpgradeStep};
 use crate::api::common::PodOverrides;
@@ -27,6 +27,7 @@ use crate::api::keys;
 use crate::api::labels;
 use crate::api::service::ClairService;
 use crate::api::{ClairSpec, ConfigSource, ConfigSpec, DEFAULT_IMAGE, KeyReference, ServiceSpec};
+use crate::database::connstring;
 
 /// The key of the generated root config. YAML, so the user's `.yaml` and `.yaml-patch`
 /// drop-ins apply to it as Clair applies drop-ins (the extension must match the root's);
@@ -130,6 +131,27 @@ impl ClairInput<'_> {
             .over(self.pod_settings())
     }
 
+    /// The CPU limit of a service's pods, in millicores (its pod settings over the Clair's).
+    pub fn cpu_limit_millis(&self, role: ServiceKind) -> Option<u32> {
+        sizing::cpu_limit_millis(&self.service_pod_settings(role))
+    }
+
+    /// `pool_max_conns` for a service's pods, where its connection string sets none: from
+    /// their CPU limit, if any.
+    pub fn pool_size(&self, role: ServiceKind) -> Option<u32> {
+        sizing::pool(role, self.cpu_limit_millis(role))
+    }
+
+    /// A service's connection string as its pods get it: `pool_max_conns` added where the
+    /// string sets none and the pods have a CPU limit (pgxpool's default follows the node's
+    /// cores, not the pod's).
+    pub fn pooled(&self, role: ServiceKind, text: &str) -> String {
+        match self.pool_size(role) {
+            Some(pool) => connstring::with_default(text, "pool_max_conns", &pool.to_string()),
+            None => text.to_string(),
+        }
+    }
+
     /// The CA bundle a service's pods trust: its own, else the Clair's (what
     /// [`Self::service_pod_settings`] would give, without merging the rest).
     pub fn ca_bundle(&self, role: ServiceKind) -> Option<&crate::api::common::CaBundle> {
@@ -178,8 +200,9 @@ pub fn child_name(clair: &str, role: ServiceKind) -> String {
     format!("{clair}-{}", role.as_str())
 }
 
-/// The generated root config: listen addresses, each service's connection string and the
-/// addresses of the others (full URLs), the pre-shared key, Prometheus metrics.
+/// The generated root config: listen addresses, each service's connection string (with
+/// its pool size) and the addresses of the others (full URLs), the pre-shared key,
+/// Prometheus metrics, and the indexer's admission limit when its pods have a CPU limit.
 pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> Value {
     let address = |role| url(&input.child_name(role), input.namespace);
     let mut config = json!({
@@ -187,23 +210,27 @@ pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> 
         "introspection_addr": format!(":{INTROSPECTION_PORT}"),
         "log_level": "info",
         "indexer": {
-            "connstring": connections.indexer,
+            "connstring": input.pooled(ServiceKind::Indexer, &connections.indexer),
             "migrations": true,
         },
         "matcher": {
-            "connstring": connections.matcher,
+            "connstring": input.pooled(ServiceKind::Matcher, &connections.matcher),
             "indexer_addr": address(ServiceKind::Indexer),
             "migrations": true,
         },
         "auth": {"psk": {"key": psk, "iss": PSK_ISSUERS}},
         "metrics": {"name": "prometheus"},
     });
+    if let Some(millis) = input.cpu_limit_millis(ServiceKind::Indexer) {
+        config["indexer"]["index_report_request_concurrency"] =
+            sizing::admitted_index_requests(millis).into();
+    }
     if input.updater_mode() == UpdaterMode::CronJob {
         config["matcher"]["disable_updaters"] = Value::Bool(true);
     }
     if let Some(notifier) = &connections.notifier {
         config["notifier"] = json!({
-            "connstring": notifier,
+            "connstring": input.pooled(ServiceKind::Notifier, notifier),
             "indexer_addr": address(ServiceKind::Indexer),
             "matcher_addr": address(ServiceKind::Matcher),
             "migrations": true,
@@ -685,6 +712,49 @@ mod tests {
         );
         assert_eq!(config["auth"]["psk"]["iss"], json!(["quay", "clairctl"]));
         assert!(config["matcher"].get("disable_updaters").is_none());
+    }
+
+    #[test]
+    fn a_cpu_limit_renders_the_admission_limit_and_the_pools() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let limited = |cpu: &str| PodOverrides {
+            resources: Some(ResourceRequirements {
+                limits: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut spec = spec();
+        let config = root_config(&input(&spec), &connections(), "c2VjcmV0");
+        assert!(
+            config["indexer"]
+                .get("index_report_request_concurrency")
+                .is_none()
+        );
+        assert_eq!(config["indexer"]["connstring"], "host=db user=indexer");
+        // The indexer's own limit, the matcher's from the Clair's pod settings.
+        spec.indexer = Some(ServiceOverrides {
+            pod: Some(limited("500m")),
+            ..Default::default()
+        });
+        spec.pod = Some(limited("2"));
+        let mut connections = connections();
+        connections.notifier = Some("host=db user=notifier pool_max_conns=12".into());
+        let config = root_config(&input(&spec), &connections, "c2VjcmV0");
+        assert_eq!(config["indexer"]["index_report_request_concurrency"], 4);
+        assert_eq!(
+            config["indexer"]["connstring"],
+            "host=db user=indexer pool_max_conns=5"
+        );
+        assert_eq!(
+            config["matcher"]["connstring"],
+            "host=db user=matcher pool_max_conns=4"
+        );
+        assert_eq!(
+            config["notifier"]["connstring"], "host=db user=notifier pool_max_conns=12",
+            "a tenant's pool size is kept"
+        );
     }
 
     #[test]

@@ -9,3 +9,4 @@ pub mod pod;
 pub mod routing;
 pub mod service;
 pub mod settings;
+pub mod sizing;

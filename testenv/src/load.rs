@@ -34,6 +34,11 @@ pub enum Class {
     Known,
     /// One digest requested by every client at once (requests for it serialise on a lock).
     Same,
+    /// The matcher's vulnerability report of a known manifest (a full match, and a read of
+    /// the index report from the indexer).
+    Report,
+    /// The notifier's page of a notification (a signed read of its database).
+    Notification,
 }
 
 /// The kinds of layer made here, each from a real package database format.
@@ -41,7 +46,8 @@ pub enum Class {
 pub enum LayerKind {
     /// Debian 12: `etc/os-release` and `var/lib/dpkg/status` with `packages` entries.
     Debian { packages: usize },
-    /// Alpine 3.18: `lib/apk/db/installed`.
+    /// Alpine 3.18: `lib/apk/db/installed`, packages named [`alpine_package`] (the same in
+    /// every layer, so that vulnerability data can name them) at [`alpine_version`].
     Alpine { packages: usize },
     /// A Python `site-packages` tree of `.dist-info/METADATA` files.
     Python { packages: usize },
@@ -84,8 +90,9 @@ pub fn layer(kind: LayerKind, seed: u64) -> Vec<u8> {
             let installed: String = (0..packages)
                 .map(|i| {
                     format!(
-                        "P:apk-{seed}-{i}\nV:{i}.{}.0-r0\nA:x86_64\nS:{}\nI:{}\no:apk-origin-{i}\n\n",
-                        seed % 89,
+                        "P:{}\nV:{}\nA:x86_64\nS:{}\nI:{}\no:apk-origin-{i}\n\n",
+                        alpine_package(i),
+                        alpine_version(i, seed),
                         2048 + i,
                         4096 + i
                     )
@@ -127,6 +134,65 @@ pub fn layer(kind: LayerKind, seed: u64) -> Vec<u8> {
         seed.to_string().into_bytes(),
     ));
     tar_of(&files)
+}
+
+/// The name of the `i`th package of an Alpine layer.
+pub fn alpine_package(i: usize) -> String {
+    format!("apk-pkg-{i}")
+}
+
+/// The version of the `i`th package of the Alpine layer made from `seed`: always below
+/// `{i}.99`, so that a fix at `{i}.99.0-r0` applies to every layer.
+pub fn alpine_version(i: usize, seed: u64) -> String {
+    format!("{i}.{}.0-r0", seed % 89)
+}
+
+/// One record of `clairctl export-updaters` output (claircore's jsonblob form), one line: the
+/// vulnerability `name` of the Alpine 3.18 package `package`, fixed in `fixed`, as the
+/// Alpine matcher compares it (distribution ID, name and pretty name; the package by name
+/// and kind). Records of one updater share their reference: Clair imports them as one
+/// update operation (a reference per record would make one operation each).
+pub fn alpine_vulnerability(updater: &str, name: &str, package: &str, fixed: &str) -> String {
+    let record = serde_json::json!({
+        "Updater": updater,
+        "Fingerprint": "fp-1",
+        "Date": "2026-11-29T00:00:00Z",
+        "Ref": "0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d01",
+        "Kind": "vulnerability",
+        "Vuln": {
+            "updater": updater,
+            "name": name,
+            "description": "made up for the operator's real-node tests",
+            "issued": "2026-11-29T00:00:00Z",
+            "links": "",
+            "severity": "High",
+            "normalized_severity": "High",
+            "package": {"name": package, "kind": "binary"},
+            "distribution": {"did": "alpine", "name": "Alpine Linux", "version_id": "3.18", "pretty_name": "Alpine Linux v3.18"},
+            "repo": {"name": ""},
+            "fixed_in_version": fixed,
+        },
+    });
+    format!("{record}\n")
+}
+
+/// Vulnerability data of a realistic size for Alpine layers of up to `packages` packages:
+/// `per_package` vulnerabilities of each [`alpine_package`], every one fixed after
+/// [`alpine_version`] (so each package of a layer matches all of its own).
+pub fn alpine_vulnerabilities(packages: usize, per_package: usize) -> String {
+    let mut export = String::new();
+    for i in 0..packages {
+        for v in 0..per_package {
+            let number = (i * per_package + v) as u64;
+            export.push_str(&alpine_vulnerability(
+                "clair-operator-load-alpine",
+                &format!("CVE-9999-{number}"),
+                &alpine_package(i),
+                &format!("{i}.99.0-r0"),
+            ));
+        }
+    }
+    export
 }
 
 /// A layer holding one file at `path` (a Go binary with build information, say).
@@ -304,6 +370,10 @@ pub type MakeManifest = Arc<dyn Fn(&LayerServer, u64) -> Manifest + Send + Sync>
 pub struct Target {
     /// `http://HOST:PORT` of the indexer's Service.
     pub indexer: String,
+    /// `http://HOST:PORT` of the matcher's Service, for [`Class::Report`].
+    pub matcher: Option<String>,
+    /// `http://HOST:PORT` of the notifier's Service, for [`Class::Notification`].
+    pub notifier: Option<String>,
     /// The pre-shared key, base64, as Clair's config holds it.
     pub psk: String,
     pub server: LayerServer,
@@ -316,7 +386,8 @@ pub struct Target {
 }
 
 /// Runs `steps` one after another; stops early after `max_requests` in all. Manifests of
-/// the "known" class are those the run indexed as new (or, before any, one indexed first).
+/// the "known" and "report" classes are those the run indexed as new (or, before any, one
+/// indexed first).
 pub async fn run(target: Arc<Target>, steps: &[Step], max_requests: usize) -> Vec<Sample> {
     let start = Instant::now();
     let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
@@ -332,10 +403,10 @@ pub async fn run(target: Arc<Target>, steps: &[Step], max_requests: usize) -> Ve
         let until = Instant::now() + step.duration;
         let same = (step.class == Class::Same)
             .then(|| (target.new_manifest)(&target.server, seeds.fetch_add(1, Ordering::Relaxed)));
-        if step.class == Class::Known && lock(&known).is_empty() {
+        if matches!(step.class, Class::Known | Class::Report) && lock(&known).is_empty() {
             let manifest =
                 (target.new_manifest)(&target.server, seeds.fetch_add(1, Ordering::Relaxed));
-            let _ = send(&target, &manifest).await;
+            let _ = send(&target, Class::New, &manifest).await;
             lock(&known).push(manifest);
         }
         let mut clients = Vec::new();
@@ -361,7 +432,12 @@ pub async fn run(target: Arc<Target>, steps: &[Step], max_requests: usize) -> Ve
                             seeds.fetch_add(1, Ordering::Relaxed),
                         ),
                         Class::Same => same.clone().expect("made for the step"),
-                        Class::Known => {
+                        // Only its digest names the notification asked for: no layers.
+                        Class::Notification => Manifest {
+                            hash: digest(&seeds.fetch_add(1, Ordering::Relaxed).to_le_bytes()),
+                            layers: Vec::new(),
+                        },
+                        Class::Known | Class::Report => {
                             let known = lock(&known);
                             known[turn % known.len()].clone()
                         }
@@ -369,7 +445,7 @@ pub async fn run(target: Arc<Target>, steps: &[Step], max_requests: usize) -> Ve
                     turn += 1;
                     let sent_at = start.elapsed();
                     let began = Instant::now();
-                    let status = send(&target, &manifest).await;
+                    let status = send(&target, class, &manifest).await;
                     let latency = began.elapsed();
                     if class == Class::New {
                         for layer in &manifest.layers {
@@ -411,13 +487,38 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// POSTs the manifest to the indexer; the status, or 0 when no answer came.
-async fn send(target: &Target, manifest: &Manifest) -> u16 {
+/// Sends `class`'s request about `manifest`: the status, or 0 when no answer came.
+async fn send(target: &Target, class: Class, manifest: &Manifest) -> u16 {
     let Ok(token) = psk_token(&target.psk, "quay") else {
         return 0;
     };
-    let url = format!("{}/indexer/api/v1/index_report", target.indexer);
-    let body = manifest.body();
+    let (url, body) = match class {
+        Class::New | Class::Known | Class::Same => (
+            format!("{}/indexer/api/v1/index_report", target.indexer),
+            Some(manifest.body()),
+        ),
+        Class::Report => match &target.matcher {
+            Some(matcher) => (
+                format!(
+                    "{matcher}/matcher/api/v1/vulnerability_report/{}",
+                    manifest.hash
+                ),
+                None,
+            ),
+            None => return 0,
+        },
+        Class::Notification => match &target.notifier {
+            // An id no update operation made: the notifier looks it up and finds nothing.
+            Some(notifier) => (
+                format!(
+                    "{notifier}/notifier/api/v1/notification/{}",
+                    uuid_like(manifest.hash.as_bytes())
+                ),
+                None,
+            ),
+            None => return 0,
+        },
+    };
     let timeout = target.request_timeout;
     tokio::task::spawn_blocking(move || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -425,19 +526,39 @@ async fn send(target: &Target, manifest: &Manifest) -> u16 {
             .timeout_global(Some(timeout))
             .build()
             .into();
-        agent
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .header("Authorization", &format!("Bearer {token}"))
-            .send(body.as_bytes())
-            .map_or(0, |mut response| {
-                // Read the body whole: the connection is reused only then.
-                let _ = response.body_mut().read_to_vec();
-                response.status().as_u16()
-            })
+        let authorization = format!("Bearer {token}");
+        let answer = match body {
+            Some(body) => agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Authorization", &authorization)
+                .send(body.as_bytes()),
+            None => agent
+                .get(&url)
+                .header("Authorization", &authorization)
+                .call(),
+        };
+        answer.map_or(0, |mut response| {
+            // Read the body whole: the connection is reused only then.
+            let _ = response.body_mut().read_to_vec();
+            response.status().as_u16()
+        })
     })
     .await
     .unwrap_or(0)
+}
+
+/// A UUID-shaped id (8-4-4-4-12 hex digits) from the first bytes of `seed`'s digest.
+fn uuid_like(seed: &[u8]) -> String {
+    let hex = format!("{:x}", Sha256::digest(seed));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -452,6 +573,24 @@ mod tests {
         let status = layer(kind, 7);
         let text = String::from_utf8_lossy(&status);
         assert_eq!(text.matches("Package: pkg-7-").count(), 3);
+    }
+
+    #[test]
+    fn vulnerability_data_is_one_update_naming_every_layers_packages() {
+        let export = alpine_vulnerabilities(3, 2);
+        let records: Vec<serde_json::Value> = export
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 6);
+        // One reference: Clair imports consecutive records of one reference as one update.
+        assert!(records.iter().all(|r| r["Ref"] == records[0]["Ref"]));
+        let text =
+            String::from_utf8_lossy(&layer(LayerKind::Alpine { packages: 3 }, 42)).to_string();
+        for record in &records {
+            let package = record["Vuln"]["package"]["name"].as_str().unwrap();
+            assert!(text.contains(&format!("P:{package}\n")), "{package}");
+        }
     }
 
     #[test]

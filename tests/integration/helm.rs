@@ -214,6 +214,7 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         "webhook.certificate=certManager",
         "metrics.serviceMonitor.enabled=true",
         "metrics.prometheusRule.enabled=true",
+        "metrics.grafanaDashboards.enabled=true",
         "namespaces={team-a,team-b}",
         "allowedImages={quay.io/projectquay/}",
         "logFormat=json",
@@ -236,6 +237,7 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         ("Issuer", "scanners", "clair-operator-webhook"),
         ("ServiceMonitor", "scanners", "clair-operator"),
         ("PrometheusRule", "scanners", "clair-operator"),
+        ("ConfigMap", "scanners", "clair-operator-dashboards"),
         ("RoleBinding", "team-a", "clair-operator-watched"),
         ("RoleBinding", "team-b", "clair-operator-watched"),
         ("RoleBinding", "scanners", "clair-operator"),
@@ -247,6 +249,22 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         !has("ClusterRoleBinding", "", "clair-operator"),
         "scoped to namespaces, the chart still binds the ClusterRole cluster-wide"
     );
+    let dashboards = &objects[&(
+        "ConfigMap".to_string(),
+        "scanners".to_string(),
+        "clair-operator-dashboards".to_string(),
+    )];
+    for key in ["clair-operator.json", "clair.json"] {
+        let text = dashboards["data"][key].as_str().unwrap_or_default();
+        let dashboard: serde_json::Value = serde_json::from_str(text)
+            .with_context(|| format!("the chart's dashboard {key} is not JSON"))?;
+        ensure!(
+            dashboard["panels"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty()),
+            "the chart's dashboard {key} has no panels"
+        );
+    }
     let binding = &objects[&(
         "RoleBinding".to_string(),
         "team-a".to_string(),

@@ -9,7 +9,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use clair_operator::api::Phase;
 use clair_testenv::load::{self, Class, LayerKind, LayerServer, Sample, Step, Target};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -19,10 +18,9 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::fixtures::FixtureServer;
-use crate::scan::{START, airgapped_dropin, dump_on_error, service_url};
+use crate::scan::{START, airgapped_dropin, service_url, until_available};
 use crate::support::clair::{
-    create_clair, external_databases, external_spec, patch_spec, phase_is, secret_text,
-    wait_clair_within,
+    create_clair, external_databases, external_spec, patch_spec, secret_text,
 };
 use crate::support::{TestEnv, dashboards, eventually};
 
@@ -30,7 +28,7 @@ const INDEXER: &str = "clair-indexer";
 
 /// Small pods, so that scaling out adds capacity on two cores (three fit beside the
 /// control plane): the study's figures say how they carry over to bigger ones.
-fn small_pod() -> Value {
+pub(crate) fn small_pod() -> Value {
     json!({"resources": {
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"cpu": "500m", "memory": "1Gi"},
@@ -63,16 +61,7 @@ async fn autoscaled_clair(
         .remove("notifier");
     spec["indexer"] = json!({"autoscaling": autoscaling, "pod": small_pod()});
     create_clair(&client, ns, "clair", spec).await?;
-    let available = wait_clair_within(
-        START,
-        &client,
-        ns,
-        "clair",
-        "clair Available on the real node",
-        phase_is(Phase::Available),
-    )
-    .await;
-    dump_on_error(env, ns, available)?;
+    until_available(env, &client, ns, START, "clair Available on the real node").await?;
     Ok((client, server))
 }
 
@@ -91,7 +80,7 @@ where
 }
 
 /// Deletes the namespace `ns` and waits until its pods are gone.
-async fn release(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
+pub(crate) async fn release(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
     let client = env.client().await?;
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .delete(ns, &Default::default())
@@ -115,6 +104,8 @@ async fn load_target(client: &Client, ns: &str) -> anyhow::Result<Arc<Target>> {
     let psk = secret_text(&secrets.get("clair-psk").await?, "key")?;
     Ok(Arc::new(Target {
         indexer: service_url(client, ns, INDEXER).await?,
+        matcher: None,
+        notifier: None,
         psk,
         server: LayerServer::start().await?,
         new_manifest: Arc::new(|server, seed| {
@@ -183,7 +174,7 @@ fn no_failures(samples: &[Sample]) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn hpa(
+pub(crate) async fn hpa(
     client: &Client,
     ns: &str,
     name: &str,
@@ -195,11 +186,11 @@ async fn hpa(
     )
 }
 
-fn desired(hpa: &HorizontalPodAutoscaler) -> i32 {
+pub(crate) fn desired(hpa: &HorizontalPodAutoscaler) -> i32 {
     hpa.status.as_ref().map_or(0, |s| s.desired_replicas)
 }
 
-async fn ready_pods(client: &Client, ns: &str) -> anyhow::Result<i32> {
+pub(crate) async fn ready_pods(client: &Client, ns: &str) -> anyhow::Result<i32> {
     let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
         .get(INDEXER)
         .await?;
@@ -528,16 +519,14 @@ async fn switching_engines(env: &TestEnv, ns: String) -> anyhow::Result<()> {
         } else {
             one(wanted, objects).await?;
         }
-        let available = wait_clair_within(
-            Duration::from_secs(120),
+        until_available(
+            env,
             &client,
             &ns,
-            "clair",
+            Duration::from_secs(120),
             "clair Available after the switch",
-            phase_is(Phase::Available),
         )
-        .await;
-        dump_on_error(env, &ns, available)?;
+        .await?;
     }
     Ok(())
 }
@@ -670,7 +659,7 @@ async fn prometheus_query(prometheus: &str, query: &str) -> anyhow::Result<Value
 }
 
 /// The harness's Prometheus, beside the real node.
-fn prometheus_url(env: &TestEnv) -> anyhow::Result<String> {
+pub(crate) fn prometheus_url(env: &TestEnv) -> anyhow::Result<String> {
     Ok(env
         .plane
         .addons()
@@ -680,7 +669,7 @@ fn prometheus_url(env: &TestEnv) -> anyhow::Result<String> {
 }
 
 /// The value of an instant query that returns one sample, if any.
-async fn prometheus_value(prometheus: &str, query: &str) -> anyhow::Result<Option<f64>> {
+pub(crate) async fn prometheus_value(prometheus: &str, query: &str) -> anyhow::Result<Option<f64>> {
     let body = prometheus_query(prometheus, query).await?;
     ensure!(
         body["status"] == "success",

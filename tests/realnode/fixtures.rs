@@ -44,31 +44,9 @@ pub fn alpine_layer(version: &str) -> anyhow::Result<Vec<u8>> {
 
 pub use clair_testenv::load::digest;
 
-/// One record of `clairctl export-updaters` output (claircore's jsonblob form): the
-/// vulnerability, as the Alpine matcher compares it (distribution ID, name and pretty name;
-/// the package by name and kind; fixed in [`FIXED_VERSION`]).
+/// The vulnerability in `clairctl export-updaters` form.
 fn vulnerability_export() -> String {
-    let record = serde_json::json!({
-        "Updater": UPDATER,
-        "Fingerprint": "fp-1",
-        "Date": "2026-11-29T00:00:00Z",
-        "Ref": "0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d01",
-        "Kind": "vulnerability",
-        "Vuln": {
-            "updater": UPDATER,
-            "name": VULNERABILITY,
-            "description": "made up for the operator's real-node tests",
-            "issued": "2026-11-29T00:00:00Z",
-            "links": "",
-            "severity": "High",
-            "normalized_severity": "High",
-            "package": {"name": PACKAGE, "kind": "binary"},
-            "distribution": {"did": "alpine", "name": "Alpine Linux", "version_id": "3.18", "pretty_name": "Alpine Linux v3.18"},
-            "repo": {"name": ""},
-            "fixed_in_version": FIXED_VERSION,
-        },
-    });
-    format!("{record}\n")
+    clair_testenv::load::alpine_vulnerability(UPDATER, VULNERABILITY, PACKAGE, FIXED_VERSION)
 }
 
 /// An HTTP server on the node's address: `GET /PATH` for each file, `POST /notify` for the
@@ -103,12 +81,14 @@ impl FixtureServer {
     /// export at `export.json`, and the (empty) RHEL mapping files an air-gapped indexer
     /// reads at `repo2cpe.json` and `name2repos.json`.
     pub async fn for_scans(layers: &[(&str, &[u8])]) -> anyhow::Result<Self> {
+        Self::for_scans_with(layers, vulnerability_export()).await
+    }
+
+    /// As [`FixtureServer::for_scans`], with `export` as the vulnerability data.
+    pub async fn for_scans_with(layers: &[(&str, &[u8])], export: String) -> anyhow::Result<Self> {
         let mapping = br#"{"data":{}}"#.to_vec();
         let mut files = HashMap::from([
-            (
-                "export.json".to_string(),
-                vulnerability_export().into_bytes(),
-            ),
+            ("export.json".to_string(), export.into_bytes()),
             ("repo2cpe.json".to_string(), mapping.clone()),
             ("name2repos.json".to_string(), mapping),
         ]);

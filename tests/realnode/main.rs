@@ -15,6 +15,7 @@ mod managed;
 mod private_ca;
 mod rotation;
 mod scan;
+mod study;
 mod upgrade;
 
 use std::process::ExitCode;
@@ -25,6 +26,10 @@ use support::TestEnv;
 use support::runner::TestFn;
 
 fn main() -> ExitCode {
+    // `--load-study [FOLDER]`: the load study (`scripts/bench load`), not the tests.
+    if let Some(request) = study::requested() {
+        return study::run(&request);
+    }
     // Each test runs real containers on two cores: a few at a time.
     support::runner::main("the real-node test cluster", 2, start, registry(), &[])
 }
@@ -32,7 +37,7 @@ fn main() -> ExitCode {
 /// The control plane with a real node holding Clair's image at the pinned version, and the
 /// same binaries tagged as an older version for the upgrade test (the module proxy serves
 /// no older Clair here).
-fn start() -> anyhow::Result<TestEnv> {
+pub(crate) fn start() -> anyhow::Result<TestEnv> {
     let pinned = clair_binaries()?;
     TestEnv::start_real_node(RealNodeImages {
         clair: vec![

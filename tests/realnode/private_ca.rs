@@ -5,17 +5,16 @@
 //! which connect, migrate and turn Ready.
 
 use anyhow::ensure;
-use clair_operator::api::Phase;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use crate::scan::{START, dump_on_error, restricted_namespace};
+use crate::scan::{START, restricted_namespace, until_available};
 use crate::support::TestEnv;
 use crate::support::clair::{
     apply_json, condition, create_clair, databases_secret, external_spec_without_notifier,
-    patch_spec, phase_is, wait_clair, wait_clair_within,
+    patch_spec, wait_clair,
 };
 
 const PASSWORD: &str = "private-ca-password";
@@ -88,16 +87,14 @@ pub async fn a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle(
         json!({"pod": {"caBundle": {"configMap": "corporate-ca"}}}),
     )
     .await?;
-    let available = wait_clair_within(
-        START,
+    until_available(
+        env,
         &client,
         &ns,
-        "clair",
+        START,
         "clair Available with verify-full through the caBundle",
-        phase_is(Phase::Available),
     )
-    .await;
-    dump_on_error(env, &ns, available)?;
+    .await?;
     // The pods trusted it themselves: each mounts the bundle where SSL_CERT_DIR looks.
     for name in ["clair-indexer", "clair-matcher"] {
         let deployment = deployments.get(name).await?;

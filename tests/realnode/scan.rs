@@ -288,6 +288,32 @@ async fn an_updater_success_is_reported(client: &Client, ns: &str) -> anyhow::Re
     .await
 }
 
+/// Waits up to `within` until the Clair `clair` in `ns` is Available (`what` says how, for
+/// the failure); on failure the namespace's state is printed with it.
+pub async fn until_available(
+    env: &TestEnv,
+    client: &Client,
+    ns: &str,
+    within: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    let available = wait_clair_within(
+        within,
+        client,
+        ns,
+        "clair",
+        what,
+        phase_is(Phase::Available),
+    )
+    .await;
+    dump_on_error(env, ns, available).map(|_| ())
+}
+
+/// The updaters in the CronJob, importing the vulnerability data `server` serves.
+pub fn updaters_importing(server: &FixtureServer) -> Value {
+    json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": server.url("export.json")}})
+}
+
 /// Runs the updater CronJob now, as an SRE would (`kubectl create job --from`), and waits
 /// for its pod to succeed.
 pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
@@ -448,20 +474,11 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
         FixtureServer::for_scans(&[("vulnerable", &vulnerable), ("fixed", &fixed)]).await?;
     airgapped_dropin(&client, &ns, &server).await?;
     let mut spec = external_spec();
-    spec["updaters"] = json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": server.url("export.json")}});
+    spec["updaters"] = updaters_importing(&server);
     create_clair(&client, &ns, "clair", spec).await?;
 
     // Available because the pods really are: Running, Ready by their real probes.
-    let available = wait_clair_within(
-        START,
-        &client,
-        &ns,
-        "clair",
-        "clair Available on the real node",
-        phase_is(Phase::Available),
-    )
-    .await;
-    dump_on_error(env, &ns, available)?;
+    until_available(env, &client, &ns, START, "clair Available on the real node").await?;
     pods_serve_as_nobody(&client, &ns, 3).await?;
 
     // A failed updater run turns UpdatersReady False with the Job's reason; then the

@@ -37,7 +37,7 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
     airgapped_dropin(&client, &ns, &server).await?;
     let mut spec = external_spec();
     spec["image"] = json!(OLDER);
-    spec["updaters"] = json!({"mode": "CronJob", "schedule": "0 */6 * * *", "import": {"url": server.url("export.json")}});
+    spec["updaters"] = crate::scan::updaters_importing(&server);
     create_clair(&client, &ns, "clair", spec).await?;
     let available = |what: &'static str| {
         wait_clair_within(

@@ -20,13 +20,14 @@ use crate::api::clair::{ExternalDatabase, ManagedDatabase};
 use crate::controller::Context;
 use crate::controller::error::ObserveError;
 use crate::controller::service::observe::read;
-use crate::database::budget::{self, Demand};
+use crate::database::budget::Demand;
 use crate::database::connstring::{self, ConnSettings};
 use crate::database::probe::{FailureKind, ProbeOptions};
 use crate::machine::Reason;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
 use crate::render::database as db;
+use crate::render::sizing;
 use crate::sources::ObjectSource;
 
 /// What the database side found.
@@ -341,7 +342,8 @@ fn external_state(
 }
 
 /// Each enabled service's demand on its engine: pool size (the string's `pool_max_conns`,
-/// else pgxpool's default for the pod's CPU limit) × most replicas.
+/// else the one the operator renders from the pods' CPU limit, else pgxpool's floor, as an
+/// assumption) × most replicas.
 pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
     ServiceKind::VARIANTS
         .iter()
@@ -357,12 +359,6 @@ pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
                 .ok()
                 .and_then(|s| s.pool_max_conns().ok().flatten());
             let overrides = input.overrides(*role);
-            let cpu_limit = overrides
-                .and_then(|o| o.pod.as_ref())
-                .and_then(|p| p.resources.as_ref())
-                .and_then(|r| r.limits.as_ref())
-                .and_then(|l| l.get("cpu"))
-                .and_then(|q| cpu_cores(&q.0));
             let max_replicas = overrides
                 .and_then(|o| match &o.autoscaling {
                     Some(a) => Some(a.max_replicas),
@@ -370,34 +366,14 @@ pub fn demands(input: &ClairInput, state: &DatabaseState) -> Vec<Demand> {
                 })
                 .unwrap_or(1)
                 .max(0) as u32;
+            let rendered = pool.or_else(|| input.pool_size(*role));
             Some(Demand {
                 service: *role,
                 engine,
-                pool: pool.unwrap_or_else(|| budget::default_pool(cpu_limit)),
-                pool_assumed: pool.is_none(),
+                pool: rendered.unwrap_or(sizing::ASSUMED_POOL),
+                pool_assumed: rendered.is_none(),
                 max_replicas,
             })
         })
         .collect()
-}
-
-/// Whole CPUs of a quantity, rounded up (`1500m` → 2, `2` → 2).
-fn cpu_cores(quantity: &str) -> Option<u32> {
-    match quantity.strip_suffix('m') {
-        Some(milli) => milli.parse::<u32>().ok().map(|m| m.div_ceil(1000)),
-        None => quantity.parse::<f64>().ok().map(|c| c.ceil() as u32),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cpu_cores;
-
-    #[test]
-    fn cpu_quantities() {
-        assert_eq!(cpu_cores("1500m"), Some(2));
-        assert_eq!(cpu_cores("2"), Some(2));
-        assert_eq!(cpu_cores("0.5"), Some(1));
-        assert_eq!(cpu_cores("lots"), None);
-    }
 }
