@@ -744,7 +744,7 @@ mod tests {
         assert!(position("Secret", "clair-config") < position("Indexer", "clair-indexer"));
         assert!(position("Indexer", "clair-indexer") < position("Deployment", "clair-indexer"));
         position("Deployment", "clair-matcher");
-        position("HorizontalPodAutoscaler", "clair-matcher");
+        position("HorizontalPodAutoscaler", "clair-indexer");
         position("Deployment", "clair-notifier");
         position("Ingress", "clair");
         position("CronJob", "clair-updaters");

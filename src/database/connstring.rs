@@ -368,12 +368,20 @@ pub fn with_default(text: &str, key: &str, value: &str) -> String {
     if settings.get(key).is_some() {
         return text.to_string();
     }
-    let text = text.trim();
-    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        let separator = if text.contains('?') { '&' } else { '?' };
-        format!("{text}{separator}{key}={value}")
+    let trimmed = text.trim();
+    let added = if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+        let separator = if trimmed.contains('?') { '&' } else { '?' };
+        format!("{trimmed}{separator}{key}={value}")
     } else {
-        format!("{text} {key}={value}")
+        format!("{trimmed} {key}={value}")
+    };
+    // Kept only if it reads back as the same settings plus this one: a string whose end
+    // swallows what follows (a dangling escape in a last value) is left as it was.
+    let mut expected = settings.settings.clone();
+    expected.insert(key.to_string(), value.to_string());
+    match parse(&added) {
+        Ok(read) if read.settings == expected => added,
+        _ => text.to_string(),
     }
 }
 
@@ -396,10 +404,12 @@ mod tests {
                 "postgresql://u@h/d?pool_max_conns=2",
             ),
             ("", ""),
+            // A dangling escape would take the added setting into the password.
+            (r"host=h password=abc\", r"host=h password=abc\"),
         ] {
             let rendered = with_default(text, "pool_max_conns", "6");
             assert_eq!(rendered, wanted, "{text}");
-            if !text.is_empty() {
+            if !text.is_empty() && !text.ends_with('\\') {
                 let parsed = parse(&rendered).unwrap();
                 assert!(parsed.pool_max_conns().unwrap().is_some(), "{rendered}");
             }

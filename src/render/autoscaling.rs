@@ -15,14 +15,11 @@ use super::sizing;
 use crate::api::common::{Autoscaling, KedaAutoscaling};
 use crate::api::{AutoscalingEngine, ServiceKind};
 
-/// Average in-flight requests per pod KEDA keeps by default, per service, for pods without
-/// a CPU limit (docs/autoscaling.md says where each comes from). With a limit, the indexer's
-/// is what the limit serves at saturation ([`sizing::saturating_requests`]).
-pub const DEFAULT_TARGET_IN_FLIGHT: [(ServiceKind, i32); 3] = [
-    (ServiceKind::Indexer, 4),
-    (ServiceKind::Matcher, 4),
-    (ServiceKind::Notifier, 4),
-];
+/// Average in-flight requests per pod KEDA keeps by default: the matcher's and notifier's,
+/// and an indexer's without a CPU limit (docs/autoscaling.md says where each comes from).
+/// With a limit, an indexer's is what the limit serves at saturation
+/// ([`sizing::saturating_requests`]).
+pub const DEFAULT_TARGET_IN_FLIGHT: i32 = 4;
 /// Index requests refused with 429 per second per pod that call for another pod.
 pub const DEFAULT_TARGET_REFUSALS: &str = "0.2";
 const DEFAULT_POLLING_SECONDS: i32 = 15;
@@ -146,16 +143,14 @@ fn in_flight(kind: ServiceKind) -> (&'static str, &'static str) {
 }
 
 /// The in-flight target when the spec sets none: for an indexer with a CPU limit, the
-/// requests that limit serves at saturation; else the service's constant.
+/// requests that limit serves at saturation (half what it admits: in-flight requests can
+/// rise past the target before any is refused); else [`DEFAULT_TARGET_IN_FLIGHT`].
 pub fn default_target_in_flight(input: &ServiceInput) -> i32 {
     match (input.kind, sizing::cpu_limit_millis(&input.spec.pod)) {
         (ServiceKind::Indexer, Some(millis)) => {
             i32::try_from(sizing::saturating_requests(millis)).unwrap_or(i32::MAX)
         }
-        _ => DEFAULT_TARGET_IN_FLIGHT
-            .iter()
-            .find(|(kind, _)| *kind == input.kind)
-            .map_or(4, |(_, target)| *target),
+        _ => DEFAULT_TARGET_IN_FLIGHT,
     }
 }
 

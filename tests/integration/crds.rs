@@ -148,7 +148,18 @@ pub async fn valid_resources_are_accepted(env: &TestEnv) -> anyhow::Result<()> {
         .external
         .context("external database lost")?;
     ensure!(external.notifier.map(|k| k.key) == Some("notifier".to_string()));
-    ensure!(clair.spec.indexer.and_then(|i| i.replicas) == Some(2));
+    ensure!(
+        clair.spec.matcher.and_then(|m| m.replicas) == Some(2),
+        "the matcher's replicas lost"
+    );
+    ensure!(
+        clair
+            .spec
+            .indexer
+            .and_then(|i| i.autoscaling)
+            .is_some_and(|a| a.max_replicas == 6),
+        "the indexer's autoscaling lost"
+    );
     ensure!(
         clair.spec.updaters.and_then(|u| u.schedule).as_deref() == Some("0 */6 * * *"),
         "updater schedule lost"

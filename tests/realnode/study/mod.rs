@@ -333,6 +333,11 @@ async fn measured_step(
     .await;
     let took = began.elapsed();
     let (machine, postgres) = figures::HostCpu::now().since(&host_before);
+    anyhow::ensure!(
+        !samples.is_empty(),
+        "{} {class:?} with {clients} clients sent no request",
+        service.name()
+    );
     // Two scrapes past the step's end, so that its last seconds are in Prometheus.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let window = took + Duration::from_secs(10);
@@ -340,6 +345,9 @@ async fn measured_step(
         figures::ServerFigures::read(env, prometheus, ns, service, window, Duration::ZERO).await;
     server.machine_cores = machine;
     server.postgres_cores = postgres;
+    // Over the step itself: the window read from Prometheus is 10 s longer (scrape lag),
+    // and its tail is idle.
+    server.cpu_cores = server.cpu_seconds.map(|c| c / took.as_secs_f64().max(1.0));
     Ok(StepFigures::of(
         service, replicas, class, clients, &samples, took, server,
     ))

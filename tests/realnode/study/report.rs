@@ -94,8 +94,8 @@ fn markdown(
         }
         let _ = writeln!(md, "\n### The {}\n", service.name());
         md.push_str(
-            "| pods | class | clients | answered/s | p50 | p99 | 429s | failed | CPU (cores) | RSS peak (MiB) | working set (MiB) | heap peak (MiB) | in flight max / mean | 429/s (server) | server p99 | pool acquired max / size | pool waits | machine (cores of 2) | PostgreSQL (cores) |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| pods | class | clients | answered | seconds | answered/s | p50 | p99 | 429s | failed | CPU (cores) | RSS peak (MiB) | working set (MiB) | heap peak (MiB) | in flight max / mean | 429/s (server) | server p99 | pool acquired max / size | pool waits | machine (cores of 2) | PostgreSQL (cores) |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for s in rows {
             let server = &s.server;
@@ -105,9 +105,11 @@ fn markdown(
                 .unwrap_or_else(|| format!("{:?}", s.class).to_lowercase());
             let _ = writeln!(
                 md,
-                "| {} | {class} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} | {} | {} | {} |",
+                "| {} | {class} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} | {} | {} | {} |",
                 s.replicas,
                 s.clients,
+                s.answered,
+                s.seconds,
                 s.throughput,
                 seconds(s.p50),
                 seconds(s.p99),
