@@ -277,8 +277,6 @@ mod tests {
 
     #[test]
     fn an_indexers_default_in_flight_target_follows_its_cpu_limit() {
-        use k8s_openapi::api::core::v1::ResourceRequirements;
-        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
         let mut spec = spec();
         spec.autoscaling = Some(keda());
         let mut input = input(&spec);
@@ -289,10 +287,7 @@ mod tests {
             "no limit: the constant"
         );
         let mut limited = spec.clone();
-        limited.pod.resources = Some(ResourceRequirements {
-            limits: Some([("cpu".to_string(), Quantity("500m".into()))].into()),
-            ..Default::default()
-        });
+        limited.pod = crate::render::sizing::tests::cpu_limited("500m");
         input.spec = &limited;
         assert_eq!(
             default_target_in_flight(&input),

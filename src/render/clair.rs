@@ -716,15 +716,7 @@ mod tests {
 
     #[test]
     fn a_cpu_limit_renders_the_admission_limit_and_the_pools() {
-        use k8s_openapi::api::core::v1::ResourceRequirements;
-        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-        let limited = |cpu: &str| PodOverrides {
-            resources: Some(ResourceRequirements {
-                limits: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let limited = crate::render::sizing::tests::cpu_limited;
         let mut spec = spec();
         let config = root_config(&input(&spec), &connections(), "c2VjcmV0");
         assert!(

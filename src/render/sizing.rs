@@ -87,7 +87,7 @@ pub fn pool(service: ServiceKind, cpu_millis: Option<u32>) -> Option<u32> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -136,17 +136,22 @@ mod tests {
         assert_eq!(pool(ServiceKind::Matcher, Some(u32::MAX)), Some(MAX_POOL));
     }
 
-    #[test]
-    fn a_zero_limit_is_no_limit() {
+    /// Pod settings with a CPU limit of `cpu` and nothing else, for the builders' tests.
+    pub(crate) fn cpu_limited(cpu: &str) -> PodOverrides {
         use k8s_openapi::api::core::v1::ResourceRequirements;
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-        let pod = |cpu: &str| PodOverrides {
+        PodOverrides {
             resources: Some(ResourceRequirements {
                 limits: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
                 ..Default::default()
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_zero_limit_is_no_limit() {
+        let pod = cpu_limited;
         assert_eq!(cpu_limit_millis(&pod("0")), None);
         assert_eq!(cpu_limit_millis(&pod("750m")), Some(750));
         assert_eq!(cpu_limit_millis(&PodOverrides::default()), None);

@@ -92,23 +92,14 @@ impl Indexer {
     /// User and system CPU seconds so far, and the peak resident set (MiB).
     fn usage(&self) -> anyhow::Result<(f64, f64)> {
         let pid = self.process.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // Fields after the command name (which may hold spaces), from the last ')'.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .context("/proc stat")?
-            .1
-            .split_whitespace()
-            .collect();
-        // utime and stime are fields 14 and 15 (1-based), in clock ticks (100 a second).
-        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+        let (_, cpu) = figures::process_cpu(pid).context("the bare indexer's /proc stat")?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let peak_kib: f64 = status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0.0);
-        Ok((ticks / 100.0, peak_kib / 1024.0))
+        Ok((cpu, peak_kib / 1024.0))
     }
 }
 

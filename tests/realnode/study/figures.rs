@@ -194,6 +194,17 @@ pub struct ServerFigures {
     pub postgres_cores: Option<f64>,
 }
 
+/// A process's command name and its user and system CPU seconds so far (`/proc/PID/stat`:
+/// utime and stime are fields 14 and 15, after the name, which may hold spaces, in ticks
+/// of 1/100 s).
+pub fn process_cpu(pid: u32) -> Option<(String, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (name, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some((name.to_string(), ticks / 100.0))
+}
+
 /// CPU seconds so far: the machine's busy time, and PostgreSQL's by process.
 pub struct HostCpu {
     busy: f64,
@@ -227,22 +238,10 @@ impl HostCpu {
             else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
-            else {
-                continue;
-            };
-            if name != "postgres" {
-                continue;
-            }
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            // utime and stime: fields 14 and 15 of the whole line.
-            if let (Some(user), Some(system)) = (fields.get(11), fields.get(12)) {
-                let ticks =
-                    user.parse::<f64>().unwrap_or(0.0) + system.parse::<f64>().unwrap_or(0.0);
-                postgres.insert(pid, ticks / 100.0);
+            if let Some((name, seconds)) = process_cpu(pid)
+                && name == "postgres"
+            {
+                postgres.insert(pid, seconds);
             }
         }
         Self {
