@@ -29,7 +29,8 @@ pub fn restricted_container() -> Container {
 
 /// `resources`, or requests of `cpu` and `memory` when none are given: a pod without
 /// requests is scheduled as if it cost nothing and is the first evicted under pressure.
-/// No limits are added: they would throttle Clair's bursts and change its pool sizes.
+/// No CPU limit is added: it would throttle Clair's bursts and change its pool sizes (a
+/// Clair service without resources gets a memory limit: `render::service`).
 pub fn with_default_requests(
     resources: Option<ResourceRequirements>,
     cpu: &str,

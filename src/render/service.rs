@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EphemeralVolumeSource, HTTPGetAction,
     Lifecycle, LifecycleHandler, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PodSpec,
-    PodTemplateSpec, Probe, Secret, SecretVolumeSource, Service, ServicePort,
+    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretVolumeSource, Service, ServicePort,
     ServiceSpec as KubeServiceSpec, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -135,12 +135,48 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
 
 const PROBE_TIMEOUT_SECONDS: i32 = 5;
 
-fn scratch_volume(spec: &ServiceSpec) -> Volume {
+/// The memory limit of a Clair container whose resources the spec leaves out. Clair sets
+/// GOMEMLIMIT to 95 % of a limit, so its collector works harder before the kernel kills it;
+/// without a limit a matcher grows with every report it holds (the load study: about 60 MiB
+/// each, with no admission limit), until the node runs short.
+pub const DEFAULT_MEMORY_LIMIT: &str = "2Gi";
+
+/// The container's resources: the spec's, or small requests and [`DEFAULT_MEMORY_LIMIT`];
+/// either way an `ephemeral-storage` request of the scratch `emptyDir`'s size unless the
+/// spec names one, so that the scheduler counts the disk the pod may fill (a volume of a
+/// StorageClass is not node storage: it asks for nothing).
+fn clair_resources(spec: &ServiceSpec) -> ResourceRequirements {
+    let given = spec.pod.resources.is_some();
+    let mut resources = with_default_requests(spec.pod.resources.clone(), "100m", "256Mi");
+    if !given {
+        resources.limits = Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity(DEFAULT_MEMORY_LIMIT.to_string()),
+        )]));
+    }
+    let (size, class) = scratch_size(spec);
+    if class.is_none() {
+        resources
+            .requests
+            .get_or_insert_default()
+            .entry("ephemeral-storage".to_string())
+            .or_insert(size);
+    }
+    resources
+}
+
+/// The scratch volume's size and StorageClass.
+fn scratch_size(spec: &ServiceSpec) -> (Quantity, Option<String>) {
     let scratch = spec.pod.scratch.clone().unwrap_or_default();
     let size = scratch
         .size
         .unwrap_or_else(|| Quantity(DEFAULT_SCRATCH.to_string()));
-    match scratch.storage_class_name {
+    (size, scratch.storage_class_name)
+}
+
+fn scratch_volume(spec: &ServiceSpec) -> Volume {
+    let (size, class) = scratch_size(spec);
+    match class {
         Some(class) => Volume {
             name: "scratch".to_string(),
             ephemeral: Some(EphemeralVolumeSource {
@@ -229,11 +265,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             }),
             ..Default::default()
         }),
-        resources: Some(with_default_requests(
-            pod.resources.clone(),
-            "100m",
-            "256Mi",
-        )),
+        resources: Some(clair_resources(spec)),
         volume_mounts: Some(
             [
                 VolumeMount {
@@ -242,9 +274,17 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                     read_only: Some(true),
                     ..Default::default()
                 },
+                // Both temporary folders are the scratch volume (one folder, one size
+                // limit): TMPDIR names /var/tmp, and code that writes to /tmp itself finds
+                // it writable too.
                 VolumeMount {
                     name: "scratch".to_string(),
                     mount_path: "/var/tmp".to_string(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "scratch".to_string(),
+                    mount_path: "/tmp".to_string(),
                     ..Default::default()
                 },
             ]
@@ -528,11 +568,69 @@ pub(crate) mod tests {
         let env = container.env.as_ref().unwrap();
         let tmpdir = env.iter().find(|e| e.name == "TMPDIR");
         assert_eq!(tmpdir.and_then(|e| e.value.as_deref()), Some("/var/tmp"));
-        let scratch = container.volume_mounts.as_ref().unwrap();
-        assert!(
-            scratch
-                .iter()
-                .any(|m| m.mount_path == "/var/tmp" && m.name == "scratch")
+        let mounts = container.volume_mounts.as_ref().unwrap();
+        for folder in ["/var/tmp", "/tmp"] {
+            assert!(
+                mounts
+                    .iter()
+                    .any(|m| m.mount_path == folder && m.name == "scratch"),
+                "{folder} is the scratch volume"
+            );
+        }
+    }
+
+    fn resources(spec: &ServiceSpec) -> ResourceRequirements {
+        let d = deployment(&input(spec), "s", "h");
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        pod.containers[0].resources.clone().unwrap()
+    }
+
+    #[test]
+    fn a_pod_without_resources_gets_a_memory_limit_and_asks_for_its_scratch_disk() {
+        let mut spec = spec();
+        spec.pod.resources = None;
+        let defaulted = resources(&spec);
+        let limits = defaulted.limits.unwrap();
+        assert_eq!(limits["memory"].0, DEFAULT_MEMORY_LIMIT);
+        assert!(!limits.contains_key("cpu"), "no CPU limit is added");
+        let requests = defaulted.requests.unwrap();
+        assert_eq!(requests["ephemeral-storage"].0, DEFAULT_SCRATCH);
+        assert_eq!(requests["memory"].0, "256Mi");
+
+        spec.pod.scratch = Some(ScratchVolume {
+            size: Some(Quantity("3Gi".into())),
+            storage_class_name: None,
+        });
+        assert_eq!(
+            resources(&spec).requests.unwrap()["ephemeral-storage"].0,
+            "3Gi"
+        );
+    }
+
+    #[test]
+    fn the_specs_resources_are_kept_and_only_the_scratch_request_is_added() {
+        let mut spec = spec();
+        let given = ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("1".into())),
+                ("ephemeral-storage".to_string(), Quantity("1Gi".into())),
+            ])),
+            ..Default::default()
+        };
+        spec.pod.resources = Some(given.clone());
+        assert_eq!(resources(&spec), given, "a request of its own is kept");
+        spec.pod.resources = Some(ResourceRequirements {
+            requests: None,
+            ..given.clone()
+        });
+        let kept = resources(&spec);
+        assert_eq!(
+            kept.limits, None,
+            "no limit is added to the spec's resources"
+        );
+        assert_eq!(
+            kept.requests.unwrap()["ephemeral-storage"].0,
+            DEFAULT_SCRATCH
         );
     }
 
@@ -673,6 +771,11 @@ pub(crate) mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(claim.spec.storage_class_name.as_deref(), Some("fast"));
+        let requests = resources(&spec).requests.unwrap_or_default();
+        assert!(
+            !requests.contains_key("ephemeral-storage"),
+            "a claimed volume is not node storage"
+        );
     }
 
     #[test]

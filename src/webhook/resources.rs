@@ -50,11 +50,15 @@ fn service_checks(
         }
     }
     if let Some(autoscaling) = &spec.autoscaling {
-        let requests = spec
-            .pod
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref());
+        let resources = spec.pod.resources.as_ref();
+        let requests = resources.and_then(|r| r.requests.as_ref());
+        // Without resources the operator sets a memory limit of its own; with them, theirs.
+        if resources.is_some_and(|r| !r.limits.as_ref().is_some_and(|l| l.contains_key("memory"))) {
+            warnings.push(
+                "the service autoscales but pod.resources.limits.memory is unset: Clair sets no GOMEMLIMIT and nothing bounds one pod's memory (a matcher holds every report in flight whole); set a limit (docs/autoscaling.md)"
+                    .to_string(),
+            );
+        }
         for (target, resource) in [
             (autoscaling.target_cpu_utilization_percentage, "cpu"),
             (autoscaling.target_memory_utilization_percentage, "memory"),
@@ -379,6 +383,29 @@ mod tests {
                 .any(|w| w.contains("requests.cpu is unset")),
             "{:?}",
             v.warnings
+        );
+    }
+
+    #[test]
+    fn an_autoscaled_pod_with_resources_but_no_memory_limit_is_warned() {
+        let warned = |pod: Value| {
+            let v = check(
+                &indexer(json!({"autoscaling": {"maxReplicas": 3}, "pod": pod})),
+                "Indexer",
+                &Cluster(vec![("cfg".into(), String::new())]),
+                &ImagePolicy::default(),
+            );
+            v.warnings
+                .iter()
+                .any(|w| w.contains("limits.memory is unset"))
+        };
+        assert!(warned(
+            json!({"resources": {"requests": {"memory": "1Gi"}}})
+        ));
+        assert!(!warned(json!({"resources": {"limits": {"memory": "1Gi"}}})));
+        assert!(
+            !warned(json!({})),
+            "without resources the operator sets one"
         );
     }
 }

@@ -44,6 +44,12 @@ pub fn metrics_server_binary() -> Result<PathBuf> {
     build("tools/metrics-server/build.sh")
 }
 
+/// A real RPM database (`rpmdb.sqlite`) of `packages` packages named `rhel-load-N`, built on
+/// first use by `tools/rpmdb/build.sh` with Debian's rpm tools and cached.
+pub fn rpm_database(packages: usize) -> Result<PathBuf> {
+    build_with("tools/rpmdb/build.sh", &[packages.to_string()])
+}
+
 /// The folder holding KEDA's `keda-operator`, `keda-adapter` and `keda-webhooks` and its CRDs
 /// (`crds/`), built on first use by `tools/keda/build.sh` from the Go module proxy and cached.
 pub fn keda_dir() -> Result<PathBuf> {
@@ -70,12 +76,16 @@ pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf
 }
 
 /// Runs a build script of the repository (build output to standard error as it happens)
-/// and returns the folder it prints on its last line.
+/// and returns the path it prints on its last line.
 fn build(script: &str) -> Result<PathBuf> {
-    run_script(script, &[])?
+    build_with(script, &[])
+}
+
+fn build_with(script: &str, args: &[String]) -> Result<PathBuf> {
+    run_script(script, args)?
         .pop()
         .map(PathBuf::from)
-        .ok_or_else(|| Error::Build(format!("{script} printed no folder")))
+        .ok_or_else(|| Error::Build(format!("{script} printed no path")))
 }
 
 /// Runs a script of the repository with `args`; returns the lines it printed.

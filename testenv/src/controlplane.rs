@@ -334,7 +334,10 @@ impl ControlPlane {
             async move {
                 let request = http::Request::get("/readyz")
                     .body(Vec::new())
-                    .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+                    .map_err(|e| Error::Invalid {
+                        what: "request",
+                        detail: e.to_string(),
+                    })?;
                 Ok(client.request_text(request).await.is_ok())
             }
         })
@@ -390,8 +393,13 @@ impl ControlPlane {
 
         let node_api: Api<Node> = Api::all(client.clone());
         for i in 0..nodes {
-            let node: Node = serde_json::from_value(fake_node(&format!("kwok-node-{i}")))
-                .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+            let node: Node =
+                serde_json::from_value(fake_node(&format!("kwok-node-{i}"))).map_err(|e| {
+                    Error::Invalid {
+                        what: "fake node",
+                        detail: e.to_string(),
+                    }
+                })?;
             node_api.create(&PostParams::default(), &node).await?;
         }
         self.wait_for("the kwok nodes to become Ready", || {
@@ -528,7 +536,7 @@ impl ControlPlane {
         let process = processes
             .iter_mut()
             .find(|p| p.name() == name)
-            .ok_or_else(|| Error::Kubeconfig(format!("no component {name}")))?;
+            .ok_or_else(|| Error::Missing(format!("the control plane has no component {name}")))?;
         process.stop();
         Ok(())
     }
@@ -545,7 +553,7 @@ impl ControlPlane {
         let args = self
             .commands
             .get(name)
-            .ok_or_else(|| Error::Kubeconfig(format!("no component {name}")))?;
+            .ok_or_else(|| Error::Missing(format!("the control plane has no component {name}")))?;
         let started = Process::spawn(
             name,
             &self.binaries.path(name),
@@ -567,7 +575,10 @@ impl ControlPlane {
         loop {
             let request = http::Request::get("/readyz")
                 .body(Vec::new())
-                .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+                .map_err(|e| Error::Invalid {
+                    what: "request",
+                    detail: e.to_string(),
+                })?;
             if client.request_text(request).await.is_ok() {
                 return Ok(());
             }
@@ -851,10 +862,11 @@ fn fake_node(name: &str) -> serde_json::Value {
             },
         },
         "status": {
-            // Room for the scale tests (1,000 Clairs: 3,000 pods of 100m and 256Mi): the
-            // real default of 110 pods a node made 100 Clairs unschedulable on two nodes.
-            "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "2000"},
-            "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "2000"},
+            // Room for the scale tests (1,000 Clairs: 3,000 pods of 100m, 256Mi and 10Gi of
+            // scratch disk): the real default of 110 pods a node made 100 Clairs
+            // unschedulable on two nodes.
+            "allocatable": {"cpu": "1000", "memory": "4Ti", "ephemeral-storage": "32Ti", "pods": "2000"},
+            "capacity": {"cpu": "1000", "memory": "4Ti", "ephemeral-storage": "32Ti", "pods": "2000"},
         },
     })
 }

@@ -20,7 +20,7 @@ mod process;
 
 pub use addons::Addons;
 pub use binaries::Binaries;
-pub use binaries::{clair_binaries, metrics_server_binary};
+pub use binaries::{clair_binaries, metrics_server_binary, rpm_database};
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};
 pub use host::{NODE_IP, POD_CIDR};
 pub use pki::WEBHOOK_CLIENT_NAME;
@@ -61,6 +61,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    /// The harness made something invalid itself (a request, a fake node): a bug here.
+    #[error("the harness made an invalid {what}: {detail}")]
+    Invalid { what: &'static str, detail: String },
     #[error("{0}")]
     Missing(String),
     #[error("kubectl {args} failed: {stderr}")]

@@ -128,12 +128,7 @@ pub fn layer(kind: LayerKind, seed: u64) -> Vec<u8> {
             }
         }
     }
-    // The seed in a file of its own too, so that two layers never share a digest.
-    files.push((
-        format!("etc/load-seed-{seed}"),
-        seed.to_string().into_bytes(),
-    ));
-    tar_of(&files)
+    seeded(files, seed)
 }
 
 /// The name of the `i`th package of an Alpine layer.
@@ -195,15 +190,38 @@ pub fn alpine_vulnerabilities(packages: usize, per_package: usize) -> String {
     export
 }
 
+/// A RHEL 9 layer: `etc/os-release`, `etc/redhat-release` and the RPM database `rpmdb`
+/// (`rpmdb.sqlite` bytes, as [`crate::rpm_database`] builds them) where RHEL 9 keeps it.
+pub fn rhel_layer(rpmdb: &[u8], seed: u64) -> Vec<u8> {
+    let files = vec![
+        (
+            "etc/os-release".to_string(),
+            b"NAME=\"Red Hat Enterprise Linux\"\nVERSION=\"9.4 (Plow)\"\nID=\"rhel\"\n\
+              ID_LIKE=\"fedora\"\nVERSION_ID=\"9.4\"\nPLATFORM_ID=\"platform:el9\"\n\
+              CPE_NAME=\"cpe:/o:redhat:enterprise_linux:9::baseos\"\n"
+                .to_vec(),
+        ),
+        (
+            "etc/redhat-release".to_string(),
+            b"Red Hat Enterprise Linux release 9.4 (Plow)\n".to_vec(),
+        ),
+        ("var/lib/rpm/rpmdb.sqlite".to_string(), rpmdb.to_vec()),
+    ];
+    seeded(files, seed)
+}
+
 /// A layer holding one file at `path` (a Go binary with build information, say).
 pub fn file_layer(path: &str, bytes: &[u8], seed: u64) -> Vec<u8> {
-    tar_of(&[
-        (path.to_string(), bytes.to_vec()),
-        (
-            format!("etc/load-seed-{seed}"),
-            seed.to_string().into_bytes(),
-        ),
-    ])
+    seeded(vec![(path.to_string(), bytes.to_vec())], seed)
+}
+
+/// `files` and the seed in a file of its own, so that two layers never share a digest.
+fn seeded(mut files: Vec<(String, Vec<u8>)>, seed: u64) -> Vec<u8> {
+    files.push((
+        format!("etc/load-seed-{seed}"),
+        seed.to_string().into_bytes(),
+    ));
+    tar_of(&files)
 }
 
 fn tar_of(files: &[(String, Vec<u8>)]) -> Vec<u8> {

@@ -330,6 +330,7 @@ async fn cpu_autoscaler(env: &TestEnv, ns: String) -> anyhow::Result<()> {
     );
     let target = load_target(&client, &ns).await?;
     a_go_binary_is_indexed(&client, &ns, &target).await?;
+    an_rhel_layer_is_indexed(&client, &ns, &target).await?;
     let load = start_load(&target, &[(4, Duration::from_secs(300))]);
     let result = scales_out_and_holds(
         &client,
@@ -536,9 +537,45 @@ async fn switching_engines(env: &TestEnv, ns: String) -> anyhow::Result<()> {
 /// pod's read-only root filesystem would refuse were it not the scratch volume.
 async fn a_go_binary_is_indexed(client: &Client, ns: &str, target: &Target) -> anyhow::Result<()> {
     let binary = std::fs::read(clair_testenv::metrics_server_binary()?)?;
-    let layer = target
-        .server
-        .add(load::file_layer("usr/local/bin/metrics-server", &binary, 1));
+    let layer = load::file_layer("usr/local/bin/metrics-server", &binary, 1);
+    let report = index_one_layer(client, ns, target, layer, "a Go binary").await?;
+    let modules = packages_named(&report, |name| name.contains("k8s.io/"));
+    ensure!(
+        modules > 0,
+        "no Go module of the binary was reported: {report}"
+    );
+    Ok(())
+}
+
+/// A RHEL 9 layer with an RPM database that rpm wrote (tools/rpmdb) is indexed and every one
+/// of its packages reported: the RPM scanner, too, spools the database to the temporary
+/// folder.
+async fn an_rhel_layer_is_indexed(
+    client: &Client,
+    ns: &str,
+    target: &Target,
+) -> anyhow::Result<()> {
+    const PACKAGES: usize = 50;
+    let rpmdb = std::fs::read(clair_testenv::rpm_database(PACKAGES)?)?;
+    let layer = load::rhel_layer(&rpmdb, 1);
+    let report = index_one_layer(client, ns, target, layer, "a RHEL layer").await?;
+    let found = packages_named(&report, |name| name.starts_with("rhel-load-"));
+    ensure!(
+        found == PACKAGES,
+        "{found} of the RHEL layer's {PACKAGES} RPM packages were reported: {report}"
+    );
+    Ok(())
+}
+
+/// The index report of a manifest of `layer` alone, which must have finished.
+async fn index_one_layer(
+    client: &Client,
+    ns: &str,
+    target: &Target,
+    layer: Vec<u8>,
+    what: &str,
+) -> anyhow::Result<Value> {
+    let layer = target.server.add(layer);
     let manifest = load::Manifest::of(vec![layer.clone()]);
     let token = crate::scan::quay_token(client, ns).await?;
     let (status, text) = crate::fixtures::request(
@@ -549,26 +586,24 @@ async fn a_go_binary_is_indexed(client: &Client, ns: &str, target: &Target) -> a
     )
     .await?;
     target.server.remove(&layer);
-    ensure!(
-        status == 201,
-        "indexing a Go binary answered {status}: {text}"
-    );
+    ensure!(status == 201, "indexing {what} answered {status}: {text}");
     let report: Value = serde_json::from_str(&text)?;
     ensure!(
         report["state"] == "IndexFinished" && report["success"] == true,
-        "indexing a Go binary did not finish: {}",
+        "indexing {what} did not finish: {}",
         report["err"]
     );
-    let modules = report["packages"].as_object().map_or(0, |p| {
-        p.values()
-            .filter(|p| p["name"].as_str().is_some_and(|n| n.contains("k8s.io/")))
+    Ok(report)
+}
+
+/// How many packages of an index report have a name that `matches`.
+fn packages_named(report: &Value, matches: impl Fn(&str) -> bool) -> usize {
+    report["packages"].as_object().map_or(0, |packages| {
+        packages
+            .values()
+            .filter(|p| p["name"].as_str().is_some_and(&matches))
             .count()
-    });
-    ensure!(
-        modules > 0,
-        "no Go module of the binary was reported: {report}"
-    );
-    Ok(())
+    })
 }
 
 /// Every query of `deploy/monitoring/clair-dashboard.json` evaluates in the harness's

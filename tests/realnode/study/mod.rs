@@ -303,7 +303,60 @@ async fn sweep(
     figures.label = Some("160 MiB layer".to_string());
     eprintln!("{}", figures.line());
     steps.push(figures);
+    if replicas == 1 {
+        for (label, manifest) in layer_kinds()? {
+            let target = load_target(&client, ns, manifest).await?;
+            let mut figures = measured_step(
+                env,
+                ns,
+                prometheus,
+                &target,
+                Service::Indexer,
+                replicas,
+                Class::New,
+                1,
+                SHORT_STEP,
+            )
+            .await?;
+            figures.label = Some(label.to_string());
+            eprintln!("{}", figures.line());
+            steps.push(figures);
+        }
+    }
     Ok(())
+}
+
+/// Manifests of one layer each, one kind a manifest, for what each kind costs to index: the
+/// three of the typical manifest alone, a RHEL layer (an RPM database of 200 packages that
+/// rpm wrote) and a Go binary with build information (metrics-server's, 68 MiB).
+fn layer_kinds() -> anyhow::Result<Vec<(&'static str, load::MakeManifest)>> {
+    fn one(make: impl Fn(u64) -> Vec<u8> + Send + Sync + 'static) -> load::MakeManifest {
+        Arc::new(move |server: &LayerServer, seed| load::Manifest::of(vec![server.add(make(seed))]))
+    }
+    let rpmdb = std::fs::read(clair_testenv::rpm_database(200)?)?;
+    let binary = std::fs::read(clair_testenv::metrics_server_binary()?)?;
+    Ok(vec![
+        (
+            "Alpine layer (200)",
+            one(|seed| load::layer(LayerKind::Alpine { packages: 200 }, seed)),
+        ),
+        (
+            "Debian layer (300)",
+            one(|seed| load::layer(LayerKind::Debian { packages: 300 }, seed)),
+        ),
+        (
+            "Python layer (50)",
+            one(|seed| load::layer(LayerKind::Python { packages: 50 }, seed)),
+        ),
+        (
+            "RHEL layer (200)",
+            one(move |seed| load::rhel_layer(&rpmdb, seed)),
+        ),
+        (
+            "Go binary (68 MiB)",
+            one(move |seed| load::file_layer("usr/local/bin/metrics-server", &binary, seed)),
+        ),
+    ])
 }
 
 /// One step of load on `service`, and its figures.
