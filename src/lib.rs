@@ -21,6 +21,8 @@ pub mod templating;
 pub mod webhook;
 
 #[cfg(test)]
+mod citations;
+#[cfg(test)]
 mod layers;
 #[cfg(test)]
 mod packaging;

@@ -1,10 +1,11 @@
-//! The `clair-operator` command: the controllers (`run`), and the generators of
-//! `crds/` and `state-diagrams/`.
+//! The `clair-operator` command: the operator itself (`run`: controllers, admission
+//! webhooks, metrics, leader election), the offline tools (`check-config`, `render`), and
+//! the generators of `crds/`, `deploy/olm/` and `state-diagrams/`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clair_operator::api::ServiceKind;
+use clair_operator::api::{ServiceKind, names};
 use clair_operator::clairconfig;
 use clair_operator::machine::diagram;
 use clair_operator::{controller, crdgen, webhook};
@@ -261,19 +262,9 @@ impl RunArgs {
             return Ok(namespaces);
         }
         for name in self.namespaces.iter().map(|n| n.trim()) {
-            let valid = !name.is_empty()
-                && name.len() <= 63
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !name.starts_with('-')
-                && !name.ends_with('-');
-            if !valid {
-                return Err(format!(
-                    "--namespaces: {name:?} is not a namespace name (lowercase letters, digits \
-                     and '-', at most 63, separated by commas)"
-                ));
-            }
+            names::label(name).map_err(|e| {
+                format!("--namespaces: {e}; give namespace names separated by commas")
+            })?;
             if !namespaces.iter().any(|n| n == name) {
                 namespaces.push(name.to_string());
             }
@@ -297,19 +288,12 @@ impl RunArgs {
             return Ok(None);
         }
         let service = self.webhook_service();
-        let (namespace, name) = service
-            .split_once('/')
-            .ok_or("--webhook-service must be NAMESPACE/NAME")?;
+        let (namespace, name) = webhook_service_parts(&service)?;
         let (target, hosts) = match &self.webhook_url {
-            Some(url) => {
-                let host = url
-                    .trim_start_matches("https://")
-                    .split([':', '/'])
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                (webhook::register::Target::Url(url.clone()), vec![host])
-            }
+            Some(url) => (
+                webhook::register::Target::Url(url.clone()),
+                vec![webhook_url_host(url)?],
+            ),
             None => (
                 webhook::register::Target::Service {
                     namespace: namespace.to_string(),
@@ -345,6 +329,35 @@ impl RunArgs {
 }
 
 /// `indexer`, `matcher` or `notifier`, listed in `--help`.
+/// `--webhook-service`'s NAMESPACE and NAME, each a DNS-1123 label.
+fn webhook_service_parts(service: &str) -> Result<(&str, &str), String> {
+    let (namespace, name) = service
+        .split_once('/')
+        .ok_or_else(|| format!("--webhook-service {service:?} must be NAMESPACE/NAME"))?;
+    for (part, value) in [("NAMESPACE", namespace), ("NAME", name)] {
+        names::label(value).map_err(|e| format!("--webhook-service: its {part} {e}"))?;
+    }
+    Ok((namespace, name))
+}
+
+/// The host `--webhook-url` names, for the webhook's certificate: a DNS name, or an IP
+/// address (an IPv6 literal without its brackets).
+fn webhook_url_host(url: &str) -> Result<String, String> {
+    let parsed =
+        url::Url::parse(url).map_err(|e| format!("--webhook-url {url:?} is not a URL: {e}"))?;
+    if parsed.scheme() != "https" {
+        return Err(format!(
+            "--webhook-url {url:?}: the apiserver calls webhooks over TLS only; give https://HOST[:PORT]/"
+        ));
+    }
+    match parsed.host() {
+        Some(url::Host::Domain(domain)) => Ok(domain.to_string()),
+        Some(url::Host::Ipv4(address)) => Ok(address.to_string()),
+        Some(url::Host::Ipv6(address)) => Ok(address.to_string()),
+        None => Err(format!("--webhook-url {url:?} names no host")),
+    }
+}
+
 fn service_kind_parser() -> impl clap::builder::TypedValueParser<Value = ServiceKind> {
     use clap::builder::TypedValueParser;
     use strum::VariantArray;
@@ -722,5 +735,32 @@ mod tests {
         );
         let args = run_args(&["--no-webhook-registration", "--webhook-cert-dir=/certs"]);
         assert!(!args.webhook().unwrap().unwrap().register);
+    }
+
+    #[test]
+    fn the_webhook_urls_host_is_parsed_as_a_url_is() {
+        assert_eq!(
+            webhook_url_host("https://webhook.example:8443/validate").as_deref(),
+            Ok("webhook.example")
+        );
+        assert_eq!(
+            webhook_url_host("https://10.0.0.1:8443/").as_deref(),
+            Ok("10.0.0.1")
+        );
+        assert_eq!(
+            webhook_url_host("https://[::1]:8443/").as_deref(),
+            Ok("::1")
+        );
+        assert!(webhook_url_host("http://webhook.example/").is_err());
+        assert!(webhook_url_host("webhook.example:8443").is_err());
+    }
+
+    #[test]
+    fn the_webhook_service_is_two_names() {
+        assert_eq!(webhook_service_parts("ns/svc"), Ok(("ns", "svc")));
+        for bad in ["svc", "ns/", "NS/svc", "ns/svc/x"] {
+            let error = webhook_service_parts(bad).unwrap_err();
+            assert!(error.contains("--webhook-service"), "{error}");
+        }
     }
 }

@@ -272,7 +272,7 @@ fn descriptors(kind: &str) -> (Vec<Value>, Vec<Value>) {
         descriptor(
             "phase",
             "Phase",
-            "Where the resource is in its life (docs/runbook.md has one section per phase)",
+            "Where the resource is in its life (docs/runbooks/ has one page per phase)",
             &[PHASE],
         ),
         descriptor(
@@ -355,72 +355,39 @@ fn descriptors(kind: &str) -> (Vec<Value>, Vec<Value>) {
     }
 }
 
-/// The API version the operator writes `kind` in.
-fn version_of(kind: &str) -> &'static str {
-    match kind {
-        "Indexer" | "Matcher" | "Notifier" => VERSION,
-        "HorizontalPodAutoscaler" => "v2",
-        _ => "v1",
-    }
-}
-
-/// What each kind is, and the kinds the operator creates for it.
+/// What each kind is, and the kinds the operator creates for it (the families' own lists:
+/// `render::owned`).
 fn owned_crds() -> Vec<Value> {
+    use crate::render::owned::{ClairObjects, ServiceObjects};
+    let services = ServiceObjects::kinds();
     let kinds = [
         (
             "Clair",
             "clairs",
             "Clair",
             "A whole Clair: an Indexer, a Matcher and a Notifier with their databases, routing, updaters and upgrades",
-            &[
-                "Indexer",
-                "Matcher",
-                "Notifier",
-                "Secret",
-                "ConfigMap",
-                "StatefulSet",
-                "Service",
-                "CronJob",
-                "Job",
-                "Ingress",
-                "NetworkPolicy",
-            ][..],
+            ClairObjects::kinds(),
         ),
         (
             "Indexer",
             "indexers",
             "Clair indexer",
             "Clair's indexer service, scaled on its own",
-            &[
-                "Deployment",
-                "Service",
-                "HorizontalPodAutoscaler",
-                "PodDisruptionBudget",
-            ][..],
+            services.clone(),
         ),
         (
             "Matcher",
             "matchers",
             "Clair matcher",
             "Clair's matcher service, scaled on its own",
-            &[
-                "Deployment",
-                "Service",
-                "HorizontalPodAutoscaler",
-                "PodDisruptionBudget",
-            ][..],
+            services.clone(),
         ),
         (
             "Notifier",
             "notifiers",
             "Clair notifier",
             "Clair's notifier service, scaled on its own",
-            &[
-                "Deployment",
-                "Service",
-                "HorizontalPodAutoscaler",
-                "PodDisruptionBudget",
-            ][..],
+            services,
         ),
     ];
     kinds
@@ -433,7 +400,7 @@ fn owned_crds() -> Vec<Value> {
                 "kind": kind,
                 "displayName": display,
                 "description": description,
-                "resources": children.iter().map(|k| json!({"kind": k, "version": version_of(k)})).collect::<Vec<_>>(),
+                "resources": children.iter().map(|k| json!({"kind": k.kind, "version": k.version})).collect::<Vec<_>>(),
                 "specDescriptors": spec,
                 "statusDescriptors": status,
             })
@@ -473,7 +440,7 @@ pub fn cluster_service_version() -> Result<Value, Error> {
         },
         "spec": {
             "displayName": "Clair Operator",
-            "description": DESCRIPTION,
+            "description": description(),
             "version": version,
             "minKubeVersion": "1.33.0",
             "maturity": CHANNEL,
@@ -501,18 +468,29 @@ pub fn cluster_service_version() -> Result<Value, Error> {
     }))
 }
 
-const DESCRIPTION: &str = "\
+/// What OperatorHub shows: the phases listed are the machines' own.
+fn description() -> String {
+    use strum::VariantArray;
+    let phases: Vec<&str> = crate::api::Phase::VARIANTS
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    format!(
+        "\
 Runs Clair, Quay's container vulnerability scanner, the way its heaviest users need it: the \
 indexer, matcher and notifier as separate services, each scaled on its own, with their \
 databases, routing, monitoring and vulnerability updaters.
 
-Every resource moves through explicit phases (Pending, Progressing, Available, Degraded, \
-Failed) shown in `kubectl describe`, in Prometheus and in the runbook.
+Every resource moves through explicit phases ({}) shown in `kubectl describe`, in Prometheus \
+and in the runbooks (`docs/runbooks/`, one page per phase).
 
 Create a `Clair` for the whole scanner, or an `Indexer`, `Matcher` and `Notifier` one by \
 one. Configs are validated with Clair's own rules before anything rolls out; a bad config \
 never replaces a running good one.
-";
+",
+        phases.join(", ")
+    )
+}
 
 fn yaml(name: &str, value: &Value) -> Result<String, Error> {
     serde_saphyr::to_string(value).map_err(|source| Error::Encode {
@@ -617,6 +595,63 @@ mod tests {
 
     /// Each descriptor names a field the CRD's schema has: a renamed field fails here, not
     /// silently in the console.
+    #[test]
+    fn the_roles_grant_every_kind_the_code_owns() {
+        use crate::render::owned::{ClairObjects, ServiceObjects};
+        let role = find(
+            "deploy/base/roles.yaml",
+            ROLES,
+            "ClusterRole",
+            "clair-operator",
+        )
+        .unwrap();
+        let rules = role["rules"].as_array().unwrap();
+        let grants = |group: &str, plural: &str, verb: &str| {
+            rules.iter().any(|rule| {
+                let has = |field: &str, value: &str| {
+                    rule[field]
+                        .as_array()
+                        .is_some_and(|values| values.iter().any(|v| v == value))
+                };
+                has("apiGroups", group) && has("resources", plural) && has("verbs", verb)
+            })
+        };
+        let mut missing = Vec::new();
+        for kind in ClairObjects::kinds()
+            .into_iter()
+            .chain(ServiceObjects::kinds())
+        {
+            // Written by server-side apply (`patch`, and `create` for a new object), read
+            // to decide what is unchanged and what to prune.
+            for verb in ["get", "list", "create", "patch"] {
+                if !grants(&kind.group, &kind.plural, verb) {
+                    missing.push(format!("{verb} {}.{}", kind.plural, kind.group));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "deploy/base/roles.yaml does not grant: {}",
+            missing.join(", ")
+        );
+    }
+
+    #[test]
+    fn the_description_names_exactly_the_phases_the_machines_have() {
+        use strum::VariantArray;
+        let text = description();
+        let listed = text
+            .split_once("phases (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(list, _)| list.split(", ").collect::<Vec<_>>())
+            .expect("the description lists the phases");
+        let phases: Vec<&str> = crate::api::Phase::VARIANTS
+            .iter()
+            .map(|p| p.as_str())
+            .collect();
+        assert_eq!(listed, phases);
+    }
+
     #[test]
     fn every_descriptor_names_a_field_of_its_schema() {
         let crds = crate::crdgen::all();

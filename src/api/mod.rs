@@ -6,6 +6,7 @@ pub mod clair;
 pub mod common;
 pub mod decode;
 pub mod labels;
+pub mod names;
 pub mod service;
 
 pub use clair::{Clair, ClairSpec, ClairStatus};

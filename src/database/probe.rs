@@ -118,10 +118,11 @@ async fn probe_once(
             tokio_postgres::config::SslMode::Require
         }
     });
-    let _permit = PROBES
-        .acquire()
-        .await
-        .expect("the probe semaphore is never closed");
+    // Never closed: the error arm is only there so that no path panics.
+    let _permit = PROBES.acquire().await.map_err(|_| Failure {
+        kind: FailureKind::Busy,
+        message: "the operator's probe limiter is closed".to_string(),
+    })?;
     let target = settings.describe();
     let password = settings.get("password").unwrap_or_default().to_string();
     let classify = |e: tokio_postgres::Error| classify(&e, &password);

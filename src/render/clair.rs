@@ -1,6 +1,7 @@
 //! The objects a `Clair` owns, apart from its database and routing: the generated root
 //! config (a Secret: it holds connection strings), the pre-shared key for integrators, the
-//! three service resources, and the updater CronJob. Pure builders.
+//! three service resources, the updater CronJob and the upgrade Jobs (`clairctl admin pre`
+//! and `post`), with the names, image tags and `clairctl` pods they share. Pure builders.
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,9 @@
 //! value does not name.
 //!
 //! The family structs ([`ClairObjects`], [`ServiceObjects`]) are destructured without `..`
-//! by the applier, so a new owned kind does not compile until the applier handles it.
+//! by the applier, so a new owned kind does not compile until the applier handles it, and
+//! by their `kinds()`, the list the OLM bundle is made from and the RBAC roles are checked
+//! against (the controllers' watches are still listed by hand).
 
 use std::collections::BTreeMap;
 
@@ -146,6 +148,136 @@ pub struct ServiceObjects {
     /// KEDA ScaledObjects (untouched where the cluster does not serve them). After the
     /// HorizontalPodAutoscaler: switching engines, the operator's own is gone first.
     pub scaled_objects: Owned<DynamicObject>,
+}
+
+/// One kind a family of resources owns, as the RBAC roles and the OLM bundle name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedKind {
+    /// The API group, `""` for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+}
+
+impl OwnedKind {
+    fn typed<T: kube::Resource<DynamicType = ()>>(_: &Owned<T>) -> Self {
+        Self {
+            group: T::group(&()).to_string(),
+            version: T::version(&()).to_string(),
+            kind: T::kind(&()).to_string(),
+            plural: T::plural(&()).to_string(),
+        }
+    }
+
+    fn dynamic(_: &Owned<DynamicObject>, resource: &kube::api::ApiResource) -> Self {
+        Self {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            kind: resource.kind.clone(),
+            plural: resource.plural.clone(),
+        }
+    }
+}
+
+impl ClairObjects {
+    /// Nothing of any kind touched.
+    pub fn untouched() -> Self {
+        Self {
+            secrets: Owned::at_least(),
+            config_maps: Owned::at_least(),
+            services: Owned::at_least(),
+            stateful_sets: Owned::at_least(),
+            network_policies: Owned::at_least(),
+            jobs: Owned::at_least(),
+            indexers: Owned::at_least(),
+            matchers: Owned::at_least(),
+            notifiers: Owned::at_least(),
+            cron_jobs: Owned::at_least(),
+            ingresses: Owned::at_least(),
+            routes: Owned::at_least(),
+            http_routes: Owned::at_least(),
+        }
+    }
+
+    /// Every kind a `Clair` owns, from the fields themselves (destructured without `..`: a
+    /// new field does not compile until it is listed). The OLM bundle and the RBAC check
+    /// read it.
+    pub fn kinds() -> Vec<OwnedKind> {
+        let Self {
+            secrets,
+            config_maps,
+            services,
+            stateful_sets,
+            network_policies,
+            jobs,
+            indexers,
+            matchers,
+            notifiers,
+            cron_jobs,
+            ingresses,
+            routes,
+            http_routes,
+        } = Self::untouched();
+        vec![
+            OwnedKind::typed(&indexers),
+            OwnedKind::typed(&matchers),
+            OwnedKind::typed(&notifiers),
+            OwnedKind::typed(&secrets),
+            OwnedKind::typed(&config_maps),
+            OwnedKind::typed(&services),
+            OwnedKind::typed(&stateful_sets),
+            OwnedKind::typed(&network_policies),
+            OwnedKind::typed(&jobs),
+            OwnedKind::typed(&cron_jobs),
+            OwnedKind::typed(&ingresses),
+            OwnedKind::dynamic(&routes, &super::routing::route_resource()),
+            OwnedKind::dynamic(&http_routes, &super::routing::http_route_resource()),
+        ]
+    }
+}
+
+impl ServiceObjects {
+    /// Nothing of any kind touched.
+    pub fn untouched() -> Self {
+        Self {
+            secrets: Owned::at_least(),
+            deployments: Owned::at_least(),
+            services: Owned::at_least(),
+            disruption_budgets: Owned::at_least(),
+            autoscalers: Owned::at_least(),
+            service_monitors: Owned::at_least(),
+            scaled_objects: Owned::at_least(),
+        }
+    }
+
+    /// Every kind an `Indexer`, `Matcher` or `Notifier` owns, as [`ClairObjects::kinds`].
+    pub fn kinds() -> Vec<OwnedKind> {
+        let Self {
+            secrets,
+            deployments,
+            services,
+            disruption_budgets,
+            autoscalers,
+            service_monitors,
+            scaled_objects,
+        } = Self::untouched();
+        vec![
+            OwnedKind::typed(&deployments),
+            OwnedKind::typed(&services),
+            OwnedKind::typed(&secrets),
+            OwnedKind::typed(&autoscalers),
+            OwnedKind::typed(&disruption_budgets),
+            OwnedKind::dynamic(
+                &service_monitors,
+                &super::service::service_monitor_resource(),
+            ),
+            OwnedKind::dynamic(
+                &scaled_objects,
+                &super::autoscaling::scaled_object_resource(),
+            ),
+        ]
+    }
 }
 
 #[cfg(test)]

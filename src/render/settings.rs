@@ -42,24 +42,8 @@ pub const RESERVED_MOUNT_PATHS: [&str; 6] = [
 /// environment gets the proxy variables, then the user's, except those named in
 /// `own_variables`.
 pub fn apply(pod: &mut PodSpec, settings: &PodOverrides, own_variables: &[&str]) {
-    let container = pod
-        .containers
-        .first_mut()
-        .expect("every pod the operator builds has a container");
-    let mut env = container.env.take().unwrap_or_default();
-    env.extend(proxy_env(settings));
-    // The user's own variables last: where they name the same variable, theirs wins.
-    env.extend(
-        settings
-            .env
-            .iter()
-            .filter(|e| !own_variables.contains(&e.name.as_str()))
-            .cloned(),
-    );
-    container.env = non_empty_vec(&env);
-    mount(container, ca_bundle_mount(settings));
-    for extra in &settings.volume_mounts {
-        mount(container, Some(extra.clone()));
+    if let Some(container) = pod.containers.first_mut() {
+        apply_to_container(container, settings, own_variables);
     }
     let volumes = pod.volumes.get_or_insert_with(Vec::new);
     for volume in ca_bundle_volume(settings)
@@ -77,6 +61,25 @@ pub fn apply(pod: &mut PodSpec, settings: &PodOverrides, own_variables: &[&str])
     pod.tolerations = non_empty_vec(&settings.tolerations);
     pod.affinity = settings.affinity.clone();
     pod.topology_spread_constraints = non_empty_vec(&settings.topology_spread_constraints);
+}
+
+/// The container's part of [`apply`]: environment and mounts.
+fn apply_to_container(container: &mut Container, settings: &PodOverrides, own_variables: &[&str]) {
+    let mut env = container.env.take().unwrap_or_default();
+    env.extend(proxy_env(settings));
+    // The user's own variables last: where they name the same variable, theirs wins.
+    env.extend(
+        settings
+            .env
+            .iter()
+            .filter(|e| !own_variables.contains(&e.name.as_str()))
+            .cloned(),
+    );
+    container.env = non_empty_vec(&env);
+    mount(container, ca_bundle_mount(settings));
+    for extra in &settings.volume_mounts {
+        mount(container, Some(extra.clone()));
+    }
 }
 
 /// The pod template's labels: the user's, then the operator's over them.

@@ -1,6 +1,8 @@
-//! Keeping the webhook reachable: its certificate in a Secret (issued, renewed, reissued if
-//! the Secret is deleted), the ValidatingWebhookConfiguration with the current `caBundle`,
-//! and the server's certificate reloaded whenever the Secret changes.
+//! Keeping the webhooks reachable: their certificate (mounted by an installer, or the
+//! operator's own in a Secret: issued, renewed, reissued if the Secret is deleted, its CA
+//! rotated only once every replica serves the new one: `replicas`), the validating and
+//! mutating webhook configurations with the current `caBundle` (their builders are also
+//! the OLM bundle's), and the server's certificate reloaded whenever it changes.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,0 +1,37 @@
+//! Kubernetes' name rules (`k8s.io/apimachinery/pkg/util/validation`), in one place for the
+//! command line's checks (the CRDs state the same rules in CEL, for the apiserver).
+
+/// A DNS-1123 label, as namespaces and Services are named: at most 63 lowercase letters,
+/// digits and '-', beginning and ending with a letter or digit. The error says the rule.
+pub fn label(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a DNS-1123 label (at most 63 lowercase letters, digits and '-', \
+             beginning and ending with a letter or digit)"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_follow_kubernetes_rules() {
+        for good in ["a", "clair-operator", "0abc", &"a".repeat(63)] {
+            assert!(label(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(label(bad).is_err(), "{bad}");
+        }
+    }
+}
