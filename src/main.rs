@@ -328,7 +328,6 @@ impl RunArgs {
     }
 }
 
-/// `indexer`, `matcher` or `notifier`, listed in `--help`.
 /// `--webhook-service`'s NAMESPACE and NAME, each a DNS-1123 label.
 fn webhook_service_parts(service: &str) -> Result<(&str, &str), String> {
     let (namespace, name) = service
@@ -358,6 +357,7 @@ fn webhook_url_host(url: &str) -> Result<String, String> {
     }
 }
 
+/// `indexer`, `matcher` or `notifier`, listed in `--help`.
 fn service_kind_parser() -> impl clap::builder::TypedValueParser<Value = ServiceKind> {
     use clap::builder::TypedValueParser;
     use strum::VariantArray;

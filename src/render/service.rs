@@ -138,20 +138,28 @@ const PROBE_TIMEOUT_SECONDS: i32 = 5;
 /// The memory limit of a Clair container whose resources the spec leaves out. Clair sets
 /// GOMEMLIMIT to 95 % of a limit, so its collector works harder before the kernel kills it;
 /// without a limit a matcher grows with every report it holds (the load study: about 60 MiB
-/// each, with no admission limit), until the node runs short.
-pub const DEFAULT_MEMORY_LIMIT: &str = "2Gi";
+/// each, with no admission limit), until the node runs short. A matcher gets twice the
+/// others': it also imports vulnerability data when its updaters run in it, the largest
+/// allocation Clair makes (matchers killed during large imports are a known report).
+pub fn default_memory_limit(kind: ServiceKind) -> &'static str {
+    match kind {
+        ServiceKind::Matcher => "4Gi",
+        ServiceKind::Indexer | ServiceKind::Notifier => "2Gi",
+    }
+}
 
-/// The container's resources: the spec's, or small requests and [`DEFAULT_MEMORY_LIMIT`];
+/// The container's resources: the spec's, or small requests and [`default_memory_limit`];
 /// either way an `ephemeral-storage` request of the scratch `emptyDir`'s size unless the
 /// spec names one, so that the scheduler counts the disk the pod may fill (a volume of a
 /// StorageClass is not node storage: it asks for nothing).
-fn clair_resources(spec: &ServiceSpec) -> ResourceRequirements {
+fn clair_resources(input: &ServiceInput) -> ResourceRequirements {
+    let spec = input.spec;
     let given = spec.pod.resources.is_some();
     let mut resources = with_default_requests(spec.pod.resources.clone(), "100m", "256Mi");
     if !given {
         resources.limits = Some(BTreeMap::from([(
             "memory".to_string(),
-            Quantity(DEFAULT_MEMORY_LIMIT.to_string()),
+            Quantity(default_memory_limit(input.kind).to_string()),
         )]));
     }
     let (size, class) = scratch_size(spec);
@@ -265,7 +273,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
             }),
             ..Default::default()
         }),
-        resources: Some(clair_resources(spec)),
+        resources: Some(clair_resources(input)),
         volume_mounts: Some(
             [
                 VolumeMount {
@@ -591,7 +599,10 @@ pub(crate) mod tests {
         spec.pod.resources = None;
         let defaulted = resources(&spec);
         let limits = defaulted.limits.unwrap();
-        assert_eq!(limits["memory"].0, DEFAULT_MEMORY_LIMIT);
+        assert_eq!(
+            limits["memory"].0,
+            default_memory_limit(ServiceKind::Matcher)
+        );
         assert!(!limits.contains_key("cpu"), "no CPU limit is added");
         let requests = defaulted.requests.unwrap();
         assert_eq!(requests["ephemeral-storage"].0, DEFAULT_SCRATCH);
