@@ -1,7 +1,8 @@
 //! The text that points at other text stays true: every `docs/...` path cited in the code,
 //! the generated bundle, the monitoring rules, the chart and the docs themselves exists
-//! (a phase placeholder in a path stands for every phase), and the README's layout table names
-//! every top-level source file and folder.
+//! (a phase placeholder in a path stands for every phase), every relative link of the
+//! Markdown pages resolves, and the README's layout table names every top-level source file
+//! and folder and nothing that is gone. Anchors are not checked.
 
 use std::path::{Path, PathBuf};
 
@@ -46,7 +47,11 @@ fn cited(text: &str) -> Vec<String> {
         if before.is_some_and(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
             continue;
         }
-        let path = tail[..end].trim_end_matches(['.', '-']);
+        let mut path = tail[..end].trim_end_matches(['.', '-']);
+        // An autolink's closing bracket (`<docs/x.md>`), not a placeholder's.
+        if path.ends_with('>') && !path.contains('<') {
+            path = &path[..path.len() - 1];
+        }
         if path.len() > "docs/".len() {
             found.push(path.to_string());
         }
@@ -84,7 +89,8 @@ fn every_cited_docs_path_exists() {
     let mut missing = Vec::new();
     let mut checked = 0;
     for file in sources.iter().filter(|f| **f != this) {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for path in cited(&text) {
             for path in expanded(&path) {
                 checked += 1;
@@ -103,6 +109,56 @@ fn every_cited_docs_path_exists() {
         missing.is_empty(),
         "cited paths that do not exist:\n{}",
         missing.join("\n")
+    );
+}
+
+/// The targets of a Markdown file's relative links (`[text](target)`), without anchors: not
+/// URLs, not anchors of the same page.
+fn relative_links(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|target| target.split('#').next().unwrap_or_default().trim())
+        .filter(|t| !t.is_empty() && !t.contains("://") && !t.starts_with("mailto:"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_relative_link_of_the_docs_resolves() {
+    let mut pages = Vec::new();
+    files(&root().join("docs"), &["md"], &mut pages);
+    files(&root().join("deploy"), &["md"], &mut pages);
+    pages.push(root().join("README.md"));
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("a Markdown page is UTF-8");
+        let dir = page.parent().unwrap_or(root());
+        for target in relative_links(&text) {
+            checked += 1;
+            if !dir.join(&target).exists() {
+                let page = page.strip_prefix(root()).unwrap_or(page);
+                missing.push(format!("{} links {target}", page.display()));
+            }
+        }
+    }
+    assert!(
+        checked > 10,
+        "only {checked} links found: is the scan broken?"
+    );
+    assert!(
+        missing.is_empty(),
+        "links that resolve to nothing:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn links_are_read_without_their_anchors() {
+    assert_eq!(
+        relative_links("[a](Degraded.md#why) [b](https://x.io/y) [c](#here) [d](../x.png)"),
+        ["Degraded.md", "../x.png"]
     );
 }
 
@@ -146,5 +202,21 @@ fn the_readme_layout_names_every_top_level_source_file() {
         unnamed.is_empty(),
         "the README's layout table does not name {}",
         unnamed.join(", ")
+    );
+    // And every path the table names is there.
+    let gone: Vec<&str> = layout
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|p| {
+            ["src/", "tools/", "tests/", "deploy/", "docs/"]
+                .iter()
+                .any(|d| p.starts_with(d))
+        })
+        .filter(|p| !root().join(p).exists())
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "the README's layout names what is gone: {gone:?}"
     );
 }

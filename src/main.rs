@@ -290,10 +290,10 @@ impl RunArgs {
         let service = self.webhook_service();
         let (namespace, name) = webhook_service_parts(&service)?;
         let (target, hosts) = match &self.webhook_url {
-            Some(url) => (
-                webhook::register::Target::Url(url.clone()),
-                vec![webhook_url_host(url)?],
-            ),
+            Some(url) => {
+                let (base, host) = webhook_url(url)?;
+                (webhook::register::Target::Url(base), vec![host])
+            }
             None => (
                 webhook::register::Target::Service {
                     namespace: namespace.to_string(),
@@ -328,33 +328,46 @@ impl RunArgs {
     }
 }
 
-/// `--webhook-service`'s NAMESPACE and NAME, each a DNS-1123 label.
+/// `--webhook-service`'s NAMESPACE (a namespace name) and NAME (a Service name).
 fn webhook_service_parts(service: &str) -> Result<(&str, &str), String> {
     let (namespace, name) = service
         .split_once('/')
         .ok_or_else(|| format!("--webhook-service {service:?} must be NAMESPACE/NAME"))?;
-    for (part, value) in [("NAMESPACE", namespace), ("NAME", name)] {
-        names::label(value).map_err(|e| format!("--webhook-service: its {part} {e}"))?;
-    }
+    names::label(namespace).map_err(|e| format!("--webhook-service: its NAMESPACE {e}"))?;
+    names::service(name).map_err(|e| format!("--webhook-service: its NAME {e}"))?;
     Ok((namespace, name))
 }
 
-/// The host `--webhook-url` names, for the webhook's certificate: a DNS name, or an IP
-/// address (an IPv6 literal without its brackets).
-fn webhook_url_host(url: &str) -> Result<String, String> {
+/// `--webhook-url`'s base (`https://HOST[:PORT]`, onto which each webhook's path is joined)
+/// and its host, for the webhook's certificate: a DNS name, or an IP address (an IPv6
+/// literal without its brackets).
+fn webhook_url(url: &str) -> Result<(String, String), String> {
     let parsed =
         url::Url::parse(url).map_err(|e| format!("--webhook-url {url:?} is not a URL: {e}"))?;
+    let form = "give https://HOST[:PORT]: each webhook's path is added to it";
     if parsed.scheme() != "https" {
         return Err(format!(
-            "--webhook-url {url:?}: the apiserver calls webhooks over TLS only; give https://HOST[:PORT]/"
+            "--webhook-url {url:?}: the apiserver calls webhooks over TLS only; {form}"
         ));
     }
-    match parsed.host() {
-        Some(url::Host::Domain(domain)) => Ok(domain.to_string()),
-        Some(url::Host::Ipv4(address)) => Ok(address.to_string()),
-        Some(url::Host::Ipv6(address)) => Ok(address.to_string()),
-        None => Err(format!("--webhook-url {url:?} names no host")),
+    if !matches!(parsed.path(), "" | "/")
+        || parsed.query().is_some()
+        || parsed.fragment().is_some()
+        || !parsed.username().is_empty()
+        || parsed.password().is_some()
+    {
+        return Err(format!(
+            "--webhook-url {url:?} has a path, query, fragment or user; {form}"
+        ));
     }
+    let host = match parsed.host() {
+        Some(url::Host::Domain(domain)) => domain.to_string(),
+        Some(url::Host::Ipv4(address)) => address.to_string(),
+        Some(url::Host::Ipv6(address)) => address.to_string(),
+        None => return Err(format!("--webhook-url {url:?} names no host; {form}")),
+    };
+    let base = parsed.as_str().trim_end_matches('/').to_string();
+    Ok((base, host))
 }
 
 /// `indexer`, `matcher` or `notifier`, listed in `--help`.
@@ -613,8 +626,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         };
         let election = (!args.no_leader_election).then(|| {
             let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| {
-                args.webhook_service()
-                    .split_once('/')
+                webhook_service_parts(&args.webhook_service())
                     .map_or("clair-operator", |(ns, _)| ns)
                     .to_string()
             });
@@ -738,27 +750,39 @@ mod tests {
     }
 
     #[test]
-    fn the_webhook_urls_host_is_parsed_as_a_url_is() {
+    fn the_webhook_url_is_a_base_with_a_host() {
+        let ok = |url: &str| webhook_url(url).unwrap();
         assert_eq!(
-            webhook_url_host("https://webhook.example:8443/validate").as_deref(),
-            Ok("webhook.example")
+            ok("https://webhook.example:8443"),
+            (
+                "https://webhook.example:8443".into(),
+                "webhook.example".into()
+            )
         );
         assert_eq!(
-            webhook_url_host("https://10.0.0.1:8443/").as_deref(),
-            Ok("10.0.0.1")
+            ok("https://10.0.0.1:8443/"),
+            ("https://10.0.0.1:8443".into(), "10.0.0.1".into())
         );
         assert_eq!(
-            webhook_url_host("https://[::1]:8443/").as_deref(),
-            Ok("::1")
+            ok("https://[::1]:8443/"),
+            ("https://[::1]:8443".into(), "::1".into())
         );
-        assert!(webhook_url_host("http://webhook.example/").is_err());
-        assert!(webhook_url_host("webhook.example:8443").is_err());
+        // A path would be joined with each webhook's own: the apiserver would call nothing.
+        for bad in [
+            "http://webhook.example/",
+            "webhook.example:8443",
+            "https://webhook.example/validate",
+            "https://webhook.example/?x=1",
+            "https://user@webhook.example/",
+        ] {
+            assert!(webhook_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
     fn the_webhook_service_is_two_names() {
         assert_eq!(webhook_service_parts("ns/svc"), Ok(("ns", "svc")));
-        for bad in ["svc", "ns/", "NS/svc", "ns/svc/x"] {
+        for bad in ["svc", "ns/", "NS/svc", "ns/svc/x", "ns/0svc"] {
             let error = webhook_service_parts(bad).unwrap_err();
             assert!(error.contains("--webhook-service"), "{error}");
         }

@@ -593,8 +593,6 @@ mod tests {
         }
     }
 
-    /// Each descriptor names a field the CRD's schema has: a renamed field fails here, not
-    /// silently in the console.
     #[test]
     fn the_roles_grant_every_kind_the_code_owns() {
         use crate::render::owned::{ClairObjects, ServiceObjects};
@@ -652,6 +650,8 @@ mod tests {
         assert_eq!(listed, phases);
     }
 
+    /// Each descriptor names a field the CRD's schema has: a renamed field fails here, not
+    /// silently in the console.
     #[test]
     fn every_descriptor_names_a_field_of_its_schema() {
         let crds = crate::crdgen::all();

@@ -184,7 +184,9 @@ pub struct KedaAutoscaling {
     pub polling_interval_seconds: Option<i32>,
 }
 
-/// The scratch volume mounted at `/var/tmp`, where the indexer unpacks layers.
+/// The scratch volume mounted at `/var/tmp` and `/tmp`, where the indexer unpacks layers and
+/// the scanners spool files. An `emptyDir`'s size is also the container's `ephemeral-storage`
+/// request, unless `resources` names one.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScratchVolume {
@@ -219,10 +221,11 @@ pub struct ScratchVolume {
     .message("annotations: a key is at most 317 characters and a value at most 2048")
     .field_path(".annotations"))]
 pub struct PodOverrides {
-    /// CPU and memory requests and limits of the Clair container.
+    /// CPU and memory requests and limits of the Clair container. Unset: requests of 100m
+    /// and 256Mi and a memory limit (2Gi; 4Gi for a matcher).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// The scratch volume at `/var/tmp`.
+    /// The scratch volume at `/var/tmp` and `/tmp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch: Option<ScratchVolume>,
     /// Node labels the pods must be scheduled on (at most 16).

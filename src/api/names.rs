@@ -1,7 +1,7 @@
 //! Kubernetes' name rules (`k8s.io/apimachinery/pkg/util/validation`), in one place for the
 //! command line's checks (the CRDs state the same rules in CEL, for the apiserver).
 
-/// A DNS-1123 label, as namespaces and Services are named: at most 63 lowercase letters,
+/// A DNS-1123 label, as namespaces are named: at most 63 lowercase letters,
 /// digits and '-', beginning and ending with a letter or digit. The error says the rule.
 pub fn label(name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
@@ -21,6 +21,18 @@ pub fn label(name: &str) -> Result<(), String> {
     }
 }
 
+/// A Service's name (DNS-1035): a [`label`] that begins with a letter.
+pub fn service(name: &str) -> Result<(), String> {
+    label(name)?;
+    if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a Service name: it must begin with a letter"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +45,12 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
             assert!(label(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn service_names_begin_with_a_letter() {
+        assert!(service("webhook").is_ok());
+        assert!(service("0webhook").is_err());
+        assert!(service("Webhook").is_err());
     }
 }

@@ -182,7 +182,7 @@ impl OwnedKind {
 
 impl ClairObjects {
     /// Nothing of any kind touched.
-    pub fn untouched() -> Self {
+    pub fn nothing() -> Self {
         Self {
             secrets: Owned::at_least(),
             config_maps: Owned::at_least(),
@@ -218,7 +218,7 @@ impl ClairObjects {
             ingresses,
             routes,
             http_routes,
-        } = Self::untouched();
+        } = Self::nothing();
         vec![
             OwnedKind::typed(&indexers),
             OwnedKind::typed(&matchers),
@@ -239,7 +239,7 @@ impl ClairObjects {
 
 impl ServiceObjects {
     /// Nothing of any kind touched.
-    pub fn untouched() -> Self {
+    pub fn nothing() -> Self {
         Self {
             secrets: Owned::at_least(),
             deployments: Owned::at_least(),
@@ -261,7 +261,7 @@ impl ServiceObjects {
             autoscalers,
             service_monitors,
             scaled_objects,
-        } = Self::untouched();
+        } = Self::nothing();
         vec![
             OwnedKind::typed(&deployments),
             OwnedKind::typed(&services),

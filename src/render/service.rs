@@ -140,7 +140,8 @@ const PROBE_TIMEOUT_SECONDS: i32 = 5;
 /// without a limit a matcher grows with every report it holds (the load study: about 60 MiB
 /// each, with no admission limit), until the node runs short. A matcher gets twice the
 /// others': it also imports vulnerability data when its updaters run in it, the largest
-/// allocation Clair makes (matchers killed during large imports are a known report).
+/// allocation Clair makes (matchers killed for memory during large imports:
+/// stackrox/stackrox#11553, #22149; quay.io runs its matchers with 4 to 8 GiB).
 pub fn default_memory_limit(kind: ServiceKind) -> &'static str {
     match kind {
         ServiceKind::Matcher => "4Gi",
@@ -150,7 +151,7 @@ pub fn default_memory_limit(kind: ServiceKind) -> &'static str {
 
 /// The container's resources: the spec's, or small requests and [`default_memory_limit`];
 /// either way an `ephemeral-storage` request of the scratch `emptyDir`'s size unless the
-/// spec names one, so that the scheduler counts the disk the pod may fill (a volume of a
+/// spec names a request or a limit of it, so that the scheduler counts the disk the pod may fill (a volume of a
 /// StorageClass is not node storage: it asks for nothing).
 fn clair_resources(input: &ServiceInput) -> ResourceRequirements {
     let spec = input.spec;
@@ -163,7 +164,13 @@ fn clair_resources(input: &ServiceInput) -> ResourceRequirements {
         )]));
     }
     let (size, class) = scratch_size(spec);
-    if class.is_none() {
+    // A limit of the spec's own stands (the apiserver makes the request equal to it): a
+    // larger request beside it would be refused.
+    let limited = resources
+        .limits
+        .as_ref()
+        .is_some_and(|l| l.contains_key("ephemeral-storage"));
+    if class.is_none() && !limited {
         resources
             .requests
             .get_or_insert_default()
@@ -643,6 +650,16 @@ pub(crate) mod tests {
             kept.requests.unwrap()["ephemeral-storage"].0,
             DEFAULT_SCRATCH
         );
+        // A limit of its own: no request beside it that could exceed it.
+        let limited = ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "ephemeral-storage".to_string(),
+                Quantity("5Gi".into()),
+            )])),
+            ..Default::default()
+        };
+        spec.pod.resources = Some(limited.clone());
+        assert_eq!(resources(&spec), limited);
     }
 
     #[test]

@@ -120,17 +120,15 @@ fn slice_addresses(slice: &EndpointSlice) -> Vec<SocketAddr> {
 
 /// `HOST:PORT` of `https://HOST[:PORT]/...` (an operator outside the cluster).
 fn url_authority(url: &str) -> Option<String> {
-    let authority = url.strip_prefix("https://")?.split('/').next()?;
-    let has_port = match authority.rsplit_once(':') {
-        // `[::1]` has colons of its own; its port comes after the bracket.
-        Some((host, _)) => !host.starts_with('[') || host.ends_with(']'),
-        None => false,
-    };
-    Some(if has_port {
-        authority.to_string()
-    } else {
-        format!("{authority}:443")
-    })
+    let parsed = url::Url::parse(url)
+        .ok()
+        .filter(|u| u.scheme() == "https")?;
+    // `Host` writes an IPv6 literal in brackets, as an authority needs it.
+    Some(format!(
+        "{}:{}",
+        parsed.host()?,
+        parsed.port_or_known_default()?
+    ))
 }
 
 #[cfg(test)]

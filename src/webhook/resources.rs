@@ -52,13 +52,7 @@ fn service_checks(
     if let Some(autoscaling) = &spec.autoscaling {
         let resources = spec.pod.resources.as_ref();
         let requests = resources.and_then(|r| r.requests.as_ref());
-        // Without resources the operator sets a memory limit of its own; with them, theirs.
-        if resources.is_some_and(|r| !r.limits.as_ref().is_some_and(|l| l.contains_key("memory"))) {
-            warnings.push(
-                "the service autoscales but pod.resources.limits.memory is unset: Clair sets no GOMEMLIMIT and nothing bounds one pod's memory (a matcher holds every report in flight whole); set a limit (docs/autoscaling.md)"
-                    .to_string(),
-            );
-        }
+        warnings.extend(unbounded_memory("", resources));
         for (target, resource) in [
             (autoscaling.target_cpu_utilization_percentage, "cpu"),
             (autoscaling.target_memory_utilization_percentage, "memory"),
@@ -70,6 +64,23 @@ fn service_checks(
             }
         }
     }
+}
+
+/// The warning for an autoscaled service whose resources (at `path`, empty for a service
+/// resource's own `pod`) name no memory limit. Without resources the operator sets a limit
+/// of its own; with them, the spec's are used as they are.
+fn unbounded_memory(
+    path: &str,
+    resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>,
+) -> Option<String> {
+    let limited = |r: &k8s_openapi::api::core::v1::ResourceRequirements| {
+        r.limits.as_ref().is_some_and(|l| l.contains_key("memory"))
+    };
+    resources.filter(|r| !limited(r)).map(|_| {
+        format!(
+            "the service autoscales but {path}pod.resources.limits.memory is unset: Clair sets no GOMEMLIMIT and nothing bounds one pod's memory (a matcher holds every report in flight whole); set a limit (docs/autoscaling.md)"
+        )
+    })
 }
 
 /// One of the operator's resources, decoded once per admission.
@@ -226,6 +237,22 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
                 warnings.push(format!("the {service} connection string: {missing}"));
             }
         }
+    }
+    // Each autoscaled service's resources, its own over `spec.pod`'s, as its child gets them.
+    let shared = spec.pod.clone().unwrap_or_default();
+    for (name, service) in [
+        ("indexer", spec.indexer.as_ref()),
+        ("matcher", spec.matcher.as_ref()),
+        ("notifier", spec.notifier.as_ref().map(|n| &n.service)),
+    ] {
+        let Some(service) = service.filter(|s| s.autoscaling.is_some()) else {
+            continue;
+        };
+        let pod = service.pod.clone().unwrap_or_default().over(&shared);
+        warnings.extend(unbounded_memory(
+            &format!("spec.{name}.pod (or spec.pod): "),
+            pod.resources.as_ref(),
+        ));
     }
     let notifier_disabled = spec.notifier.as_ref().and_then(|n| n.enabled) == Some(false);
     if notifier_disabled
@@ -406,6 +433,39 @@ mod tests {
         assert!(
             !warned(json!({})),
             "without resources the operator sets one"
+        );
+    }
+
+    #[test]
+    fn a_clairs_autoscaled_service_with_resources_but_no_memory_limit_is_warned() {
+        let warned = |spec: Value| {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Clair",
+                "metadata": {"name": "c"}, "spec": spec,
+            }))
+            .unwrap();
+            let v = check(&object, "Clair", &Cluster(vec![]), &ImagePolicy::default());
+            v.warnings
+                .iter()
+                .any(|w| w.contains("spec.matcher.pod (or spec.pod): pod.resources.limits.memory"))
+        };
+        let autoscaled = json!({"autoscaling": {"maxReplicas": 3}});
+        let requests = json!({"resources": {"requests": {"memory": "1Gi"}}});
+        let limited = json!({"resources": {"limits": {"memory": "1Gi"}}});
+        let database = json!({"managed": {}});
+        assert!(warned(
+            json!({"database": database, "pod": requests, "matcher": autoscaled})
+        ));
+        assert!(!warned(
+            json!({"database": database, "pod": limited, "matcher": autoscaled})
+        ));
+        assert!(
+            !warned(json!({"database": database, "pod": requests})),
+            "not autoscaled"
+        );
+        assert!(
+            !warned(json!({"database": database, "matcher": autoscaled})),
+            "without resources the operator sets a limit"
         );
     }
 }

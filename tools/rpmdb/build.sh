@@ -7,12 +7,13 @@
 set -euo pipefail
 count=${1:?usage: tools/rpmdb/build.sh COUNT}
 [[ $count =~ ^[1-9][0-9]{0,3}$ ]] || { echo "rpmdb: COUNT is a number of packages, 1 to 9999: $count" >&2; exit 1; }
-for tool in rpm rpmbuild; do
+for tool in rpm rpmbuild sqlite3; do
   command -v "$tool" >/dev/null 2>&1 ||
-    { echo "rpmdb: $tool is missing: install Debian's rpm package (scripts/install-deps does)" >&2; exit 1; }
+    { echo "rpmdb: $tool is missing: install Debian's rpm and sqlite3 packages (scripts/install-deps does)" >&2; exit 1; }
 done
 cache=${CLAIR_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clair-operator}
-sum=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+# The script and the rpm that writes the database name the cache entry.
+sum=$( { cat "${BASH_SOURCE[0]}"; rpm --version; } | sha256sum | cut -c1-12)
 out="$cache/tools/rpmdb-$sum-$count"
 mkdir -p "$(dirname "$out")"
 exec 9>"$out.lock"
@@ -27,7 +28,7 @@ Version: 1.%{index}.0
 Release: 1.el9
 Summary: A package the load generator made
 License: MIT
-BuildArch: x86_64
+BuildArch: noarch
 %description
 A package the load generator made.
 %files
@@ -38,10 +39,11 @@ SPEC
   done
   mkdir -p "$work/root/var/lib/rpm"
   rpm --root "$work/root" --dbpath /var/lib/rpm --define '_db_backend sqlite' --initdb
-  # Debian's rpm warns that it is not Debian's package manager: these packages are never
-  # installed, only recorded.
+  # Recorded, never installed (no files, no scripts). Debian's rpm warns that it is not
+  # Debian's package manager: that warning is dropped, anything else is shown.
   rpm --root "$work/root" --dbpath /var/lib/rpm --define '_db_backend sqlite' --justdb \
-    --nodeps --noscripts --notriggers --ignorearch --ignoreos -i "$work"/top/RPMS/*/*.rpm 2>/dev/null
+    --nodeps --noscripts --notriggers --ignorearch --ignoreos -i "$work"/top/RPMS/*/*.rpm \
+    2> >(grep -v -e 'use Alien instead' -e 'assuming you know what you are doing' >&2)
   # One self-contained file: the write-ahead log folded in.
   sqlite3 "$work/root/var/lib/rpm/rpmdb.sqlite" 'PRAGMA journal_mode=DELETE;' >/dev/null
   installed=$(rpm --root "$work/root" --dbpath /var/lib/rpm -qa | wc -l)
