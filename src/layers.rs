@@ -12,8 +12,8 @@ const LAYERS: &[&[&str]] = &[
     // The pure core: phase machines, builders of owned objects, CRD generation.
     &["machine", "render", "crdgen"],
     // Reading the ConfigMap and Secret keys resources reference; the images they may run;
-    // the metrics and health checks everything above reports into.
-    &["sources", "images", "metrics", "leader"],
+    // the metrics and health checks everything above reports into; the reconciles' spans.
+    &["sources", "images", "metrics", "leader", "telemetry"],
     // Resolving template references.
     &["templating"],
     // The controllers and the admission webhooks.

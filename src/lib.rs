@@ -17,6 +17,7 @@ pub mod offline;
 pub mod olm;
 pub mod render;
 pub mod sources;
+pub mod telemetry;
 pub mod templating;
 pub mod webhook;
 

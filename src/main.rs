@@ -26,7 +26,7 @@ struct Cli {
 enum Command {
     /// Run the controllers and the admission webhook against the cluster of the current
     /// kubeconfig (or the pod's service account), until SIGTERM or Ctrl-C.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD.
     Crds {
         /// Write `<crd name>.yaml` files into this folder instead of printing.
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
         .build();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Crds { out, check } => crds(out, check),
         Command::Diagrams { out, check } => diagrams(out, check),
         Command::Olm { out, check } => olm(out, check),
@@ -241,6 +241,53 @@ struct RunArgs {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// Export each reconcile as a span over OTLP/HTTP to the collector at this base URL
+    /// (`/v1/traces` is appended), for example `http://jaeger-collector.observability:4318`.
+    /// Off when unset. `OTEL_EXPORTER_OTLP_HEADERS` adds headers.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+}
+
+/// Log lines on standard output in `format` (filtered by `RUST_LOG`, `info` by default),
+/// and, with `traces`, the reconciles' spans exported there.
+fn init_logs(
+    format: LogFormat,
+    traces: Option<&url::Url>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Option<clair_operator::telemetry::Exporting>, String> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let lines = tracing_subscriber::fmt::layer()
+        // Colour codes only for a terminal: in a pod they would litter `kubectl logs`.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    let lines = match format {
+        LogFormat::Text => lines.with_filter(filter).boxed(),
+        // One JSON object per line, the reconcile span's fields included.
+        LogFormat::Json => lines
+            .json()
+            .with_current_span(true)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let (spans, exporting) = match traces {
+        Some(url) => {
+            let (layer, exporting) = clair_operator::telemetry::layer(url, runtime.clone())?;
+            (Some(layer), Some(exporting))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(spans)
+        .try_init()
+        .map_err(|e| format!("cannot set up logging: {e}"))?;
+    if let Some(url) = traces {
+        tracing::info!(%url, "exporting reconcile spans over OTLP");
+    }
+    Ok(exporting)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -553,20 +600,15 @@ fn run(args: RunArgs) -> Result<(), String> {
     let webhook_settings = args.webhook()?;
     let images = args.images();
     let namespaces = args.namespaces()?;
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        // Colour codes only for a terminal: in a pod they would litter `kubectl logs`.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    match args.log_format {
-        LogFormat::Text => logs.init(),
-        // One JSON object per line, the reconcile span's fields included.
-        LogFormat::Json => logs.json().with_current_span(true).init(),
-    }
+    let traces = args
+        .otlp_endpoint
+        .as_deref()
+        .map(clair_operator::telemetry::traces_url)
+        .transpose()?;
     clair_operator::allocator::configure();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    // Kept until `run` returns: dropping it sends the spans still buffered.
+    let _exporting = init_logs(args.log_format, traces.as_ref(), runtime.handle())?;
     runtime.block_on(async {
         tokio::spawn(clair_operator::allocator::trim_periodically());
         let telemetry = clair_operator::metrics::Telemetry::new();
@@ -721,7 +763,7 @@ mod tests {
     fn run_args(args: &[&str]) -> RunArgs {
         let cli = Cli::try_parse_from(["clair-operator", "run"].iter().chain(args)).unwrap();
         match cli.command {
-            Command::Run(args) => args,
+            Command::Run(args) => *args,
             _ => unreachable!(),
         }
     }

@@ -610,13 +610,8 @@ fn service_objects<K: ServiceResource>(
             crate::machine::observation::ConfigObservation::Invalid { message: refusal },
             None,
         ),
-        None => block_on(service_observe::config(
-            files,
-            &namespace,
-            &spec.config,
-            K::KIND,
-        ))
-        .map_err(|e| fail(e.to_string()))?,
+        None => block_on(service_observe::config(files, &namespace, spec, K::KIND))
+            .map_err(|e| fail(e.to_string()))?,
     };
     let (config, snapshot) = match service_observe::keda_refusal(spec, options.scaled_objects) {
         Some(message) => (

@@ -183,24 +183,17 @@ fn companions() -> Result<Vec<(String, Value)>, Error> {
 
 /// The webhooks the operator registers itself elsewhere, as OLM `webhookdefinitions`.
 fn webhook_definitions() -> Result<Value, Error> {
-    use crate::webhook::register::{self, Settings, Target};
-    let settings = Settings {
+    use crate::webhook::register::{self, Registration, Target};
+    let settings = Registration {
         name: crate::webhook::CONFIGURATION_NAME.to_string(),
-        listen: std::net::SocketAddr::from(([0, 0, 0, 0], 8443)),
+        // OLM writes the Service reference and scopes the webhooks to the OperatorGroup's
+        // namespaces itself.
         target: Target::Service {
             namespace: String::new(),
             name: String::new(),
             port: 443,
         },
-        hosts: Vec::new(),
-        namespace: String::new(),
-        recheck: std::time::Duration::from_secs(60),
-        mounted: None,
-        register: false,
-        images: Default::default(),
-        // OLM scopes the webhooks to the OperatorGroup's namespaces itself.
         namespaces: Vec::new(),
-        callers: Default::default(),
     };
     let validating = serde_json::to_value(register::validating(&settings, "")).unwrap_or_default();
     let mutating = serde_json::to_value(register::mutating(&settings, "")).unwrap_or_default();

@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides};
+use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides, TracingSpec};
 
 /// A Clair deployment: indexer, matcher and notifier as separate services, with their
 /// database, routing and updaters.
@@ -134,6 +134,10 @@ pub struct ClairSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 60))]
     pub upgrade_step_timeout_seconds: Option<i64>,
+    /// Send every service's traces to an OTLP collector; each reports itself as
+    /// `clairv4/indexer`, `clairv4/matcher` or `clairv4/notifier`. Unset: no traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingSpec>,
 }
 
 /// Settings for one service of a `Clair`, copied into the service resource it owns.

@@ -410,6 +410,50 @@ pub struct CaBundle {
     pub secret: Option<String>,
 }
 
+/// Where Clair sends its traces: an OpenTelemetry collector that takes OTLP (Jaeger, Tempo,
+/// the OpenTelemetry Collector). Each service reports itself as `clairv4/<service>`. See
+/// docs/metrics.md.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TracingSpec {
+    /// The collector's OTLP address, a URL: `http://` (no TLS) or `https://` (TLS, trusted
+    /// through the system roots and `pod.caBundle`), a host and a port, for example
+    /// `http://jaeger-collector.observability:4318` (HTTP) or `:4317` (gRPC). Over HTTP a
+    /// path is a prefix (`/v1/traces` is appended, as to `OTEL_EXPORTER_OTLP_ENDPOINT`);
+    /// over gRPC there is none.
+    #[schemars(length(min = 1, max = 512), pattern(r"^https?://[^\s]+$"))]
+    pub endpoint: String,
+    /// `http` (OTLP over HTTP with protobuf) or `grpc`. Default `http`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<OtlpProtocol>,
+    /// The fraction of requests traced, a decimal from `0` to `1` (for example `0.05`). Clair
+    /// 4.9 reads no caller's trace context: each request is sampled on its own (all of them
+    /// at `log_level: debug`). Default `0.1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), pattern(r"^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$"))]
+    pub sampling_ratio: Option<String>,
+    /// A Secret in this namespace whose keys are header names and whose values are sent with
+    /// every export (a tenant ID, an API key), so credentials stay out of the resource. An
+    /// edit rolls the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(NAME_PATTERN))]
+    pub headers_secret: Option<String>,
+}
+
+/// The OTLP transport.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum OtlpProtocol {
+    /// OTLP over HTTP, protobuf-encoded (port 4318 by convention).
+    #[default]
+    Http,
+    /// OTLP over gRPC (port 4317 by convention).
+    Grpc,
+}
+
 /// Where a resource stands, for people and runbooks (`docs/runbooks/<Phase>.md`). The
 /// conditions are the contract; the phase is their summary.
 #[derive(

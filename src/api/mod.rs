@@ -11,8 +11,8 @@ pub mod service;
 
 pub use clair::{Clair, ClairSpec, ClairStatus};
 pub use common::{
-    AutoscalingEngine, ConfigSource, ConfigSpec, KedaAutoscaling, KeyReference, Phase,
-    ServiceStatus,
+    AutoscalingEngine, ConfigSource, ConfigSpec, KedaAutoscaling, KeyReference, OtlpProtocol,
+    Phase, ServiceStatus, TracingSpec,
 };
 pub use service::{Indexer, Matcher, Notifier, ServiceKind, ServiceSpec};
 

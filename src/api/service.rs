@@ -5,7 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{Autoscaling, ConfigSpec, PodOverrides, ServiceStatus};
+use super::common::{Autoscaling, ConfigSpec, PodOverrides, ServiceStatus, TracingSpec};
 
 /// What the three service kinds share.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -28,6 +28,10 @@ pub struct ServiceSpec {
     /// Settings of the pods: resources, scratch volume, scheduling and environment.
     #[serde(default, skip_serializing_if = "is_default")]
     pub pod: PodOverrides,
+    /// Send Clair's traces to an OTLP collector (rendered as Clair's `trace` section, before
+    /// the config's drop-ins). Unset: no traces leave the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingSpec>,
 }
 
 fn default_replicas() -> i32 {

@@ -418,14 +418,29 @@ async fn publish_transition(
     }
 }
 
-/// Whether a config source names the ConfigMap `name`.
-fn names_config_map(source: &crate::api::ConfigSource, name: &str) -> bool {
-    source.config_map.as_ref().is_some_and(|r| r.name == name)
+/// The kind of object a ConfigMap or Secret watch hears of, to match it to the resources
+/// that name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Referenced {
+    ConfigMap,
+    Secret,
 }
 
-/// Whether a config source names the Secret `name`.
-fn names_secret(source: &crate::api::ConfigSource, name: &str) -> bool {
-    source.secret.as_ref().is_some_and(|r| r.name == name)
+impl Referenced {
+    /// Whether a config source names the object `name` of this kind.
+    fn by_source(self, source: &crate::api::ConfigSource, name: &str) -> bool {
+        let reference = match self {
+            Referenced::ConfigMap => source.config_map.as_ref(),
+            Referenced::Secret => source.secret.as_ref(),
+        };
+        reference.is_some_and(|r| r.name == name)
+    }
+
+    /// Whether `tracing` reads its headers from the object `name` of this kind.
+    fn by_tracing(self, tracing: Option<&crate::api::TracingSpec>, name: &str) -> bool {
+        self == Referenced::Secret
+            && tracing.and_then(|t| t.headers_secret.as_deref()) == Some(name)
+    }
 }
 
 /// What every reconcile shares.

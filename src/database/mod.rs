@@ -4,4 +4,4 @@
 pub mod budget;
 pub mod connstring;
 pub mod probe;
-mod tls;
+pub mod tls;

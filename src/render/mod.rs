@@ -3,6 +3,7 @@
 
 pub mod autoscaling;
 pub mod clair;
+pub mod clairctl;
 pub mod database;
 pub mod owned;
 pub mod pod;
@@ -10,3 +11,4 @@ pub mod routing;
 pub mod service;
 pub mod settings;
 pub mod sizing;
+pub mod traces;

@@ -444,6 +444,7 @@ pub(crate) mod tests {
             replicas: 2,
             autoscaling: None,
             pod: Default::default(),
+            tracing: None,
         }
     }
 

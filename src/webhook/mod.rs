@@ -8,6 +8,7 @@ pub mod limits;
 pub mod register;
 pub mod replicas;
 pub mod resources;
+pub mod rotation;
 pub mod server;
 pub mod templating;
 pub mod trust;

@@ -25,15 +25,12 @@ use tracing::{info, warn};
 
 use super::certs::{self, Bundle, Renewal};
 use super::replicas;
-use super::trust::Trusted;
+use super::rotation::{Action, Answered, LONG_OVERLAP, Rotation};
 use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, server,
 };
 use crate::api::keys::TEMPLATE_CONFIG;
 use crate::api::labels::FIELD_MANAGER;
-
-/// After this many checks finding a replica that still serves an earlier CA, say so.
-const LONG_OVERLAP: u32 = 10;
 
 /// Name of the Secret holding the webhook's CA and serving certificate.
 pub const SECRET_NAME: &str = "clair-operator-webhook-tls";
@@ -78,6 +75,27 @@ pub struct Settings {
     pub namespaces: Vec<String>,
     /// Who the server answers: the apiserver alone (by client certificate), or anyone.
     pub callers: super::callers::Callers,
+}
+
+/// What the webhook configurations are made of: their name, how the apiserver reaches the
+/// server, and the namespaces they cover (every one when empty). Their builders are also
+/// the OLM bundle's.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    pub name: String,
+    pub target: Target,
+    pub namespaces: Vec<String>,
+}
+
+impl Settings {
+    /// The configurations' part of the settings.
+    pub fn registration(&self) -> Registration {
+        Registration {
+            name: self.name.clone(),
+            target: self.target.clone(),
+            namespaces: self.namespaces.clone(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +265,7 @@ pub async fn ensure_certificate(client: &Client, settings: &Settings) -> Result<
     }
 }
 
-fn client_config(settings: &Settings, ca_bundle: &str, path: &str) -> WebhookClientConfig {
+fn client_config(settings: &Registration, ca_bundle: &str, path: &str) -> WebhookClientConfig {
     let ca_bundle = Some(ByteString(ca_bundle.as_bytes().to_vec()));
     match &settings.target {
         Target::Url(base) => WebhookClientConfig {
@@ -292,7 +310,7 @@ fn selected(label: &str) -> (Option<LabelSelector>, Option<Vec<RuleWithOperation
 
 /// The namespaces the webhooks are called for: those in scope (by the name label every
 /// namespace carries), or all.
-fn in_scope(settings: &Settings) -> Option<LabelSelector> {
+fn in_scope(settings: &Registration) -> Option<LabelSelector> {
     if settings.namespaces.is_empty() {
         return None;
     }
@@ -307,7 +325,7 @@ fn in_scope(settings: &Settings) -> Option<LabelSelector> {
 }
 
 /// The ValidatingWebhookConfiguration: config validation for labelled objects.
-pub fn validating(settings: &Settings, ca_bundle: &str) -> ValidatingWebhookConfiguration {
+pub fn validating(settings: &Registration, ca_bundle: &str) -> ValidatingWebhookConfiguration {
     let (object_selector, rules) = selected(VALIDATE_CONFIG);
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -355,7 +373,7 @@ pub fn validating(settings: &Settings, ca_bundle: &str) -> ValidatingWebhookConf
 
 /// The MutatingWebhookConfiguration: templating for labelled objects. Mutation runs before
 /// validation, so a rendered config is validated too when the object asks for both.
-pub fn mutating(settings: &Settings, ca_bundle: &str) -> MutatingWebhookConfiguration {
+pub fn mutating(settings: &Registration, ca_bundle: &str) -> MutatingWebhookConfiguration {
     let (object_selector, rules) = selected(TEMPLATE_CONFIG);
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -429,14 +447,14 @@ async fn ensure_configuration(
         .patch(
             &settings.name,
             &params,
-            &Patch::Apply(&validating(settings, ca_bundle)),
+            &Patch::Apply(&validating(&settings.registration(), ca_bundle)),
         )
         .await?;
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .patch(
             &settings.name,
             &params,
-            &Patch::Apply(&mutating(settings, ca_bundle)),
+            &Patch::Apply(&mutating(&settings.registration(), ca_bundle)),
         )
         .await?;
     Ok(())
@@ -545,91 +563,79 @@ pub async fn run(
         return Ok(());
     }
     // CAs published before this replica started (a rotation under way) stay trusted.
-    let mut trusted = Trusted::resumed(
-        &serving.ca_cert,
-        published_bundle(&client, &settings).await?.as_deref(),
-    );
-    let mut published = trusted.bundle();
-    ensure_configuration(&client, &settings, &published).await?;
+    let published = published_bundle(&client, &settings).await?;
+    let mut rotation = Rotation::resumed(serving, published.as_deref());
+    ensure_configuration(&client, &settings, &rotation.bundle()).await?;
     server_ready.set();
     info!(listen = %settings.listen, "admission webhook serving");
-    // A new certificate whose CA is published but not yet served: served one interval
-    // later, once the apiserver has had time to see its CA.
-    let mut pending: Option<Bundle> = None;
-    // Checks of an overlap that found a replica still serving an earlier CA.
-    let mut waited = 0u32;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(settings.recheck) => {}
         }
-        match current_certificate(&client, &settings).await {
-            Ok(bundle) if bundle != serving && pending.as_ref() == Some(&bundle) => {
-                if !reload(&tls, &settings, &bundle).await {
-                    continue;
-                }
-                (serving, pending) = (bundle, None);
+        let found = match current_certificate(&client, &settings).await {
+            Ok(found) => found,
+            Err(e) => {
+                warn!(error = %e, "cannot check the webhook certificate");
+                continue;
             }
-            Ok(bundle) if bundle != serving => {
-                // The new CA goes to the apiserver, beside the ones replicas still serve,
-                // before any certificate signed by it is served.
-                let next = trusted.rotated(&bundle.ca_cert);
-                let wanted = next.bundle();
-                if let Err(e) = ensure_configuration(&client, &settings, &wanted).await {
-                    warn!(error = %e, "cannot update the webhook configuration");
-                    continue;
+        };
+        match rotation.next(&found) {
+            Action::Serve(certificate) => {
+                if reload(&tls, &settings, &certificate).await {
+                    rotation.served(certificate);
                 }
-                info!("a new webhook certificate: its CA is published, served at the next check");
-                (trusted, published, pending) = (next, wanted, Some(bundle));
             }
-            Ok(_) if trusted.overlapping() => {
-                // Earlier CAs go once every replica serves the current one.
-                match replicas::all_serve(&client, &settings, trusted.current()).await {
-                    Ok(true) => {
-                        let next = trusted.settled();
-                        let wanted = next.bundle();
-                        match ensure_configuration(&client, &settings, &wanted).await {
+            Action::Publish {
+                bundle,
+                certificate,
+            } => match ensure_configuration(&client, &settings, &bundle).await {
+                Ok(()) => {
+                    info!(
+                        "a new webhook certificate: its CA is published, served at the next check"
+                    );
+                    rotation.published(certificate);
+                }
+                Err(e) => warn!(error = %e, "cannot update the webhook configuration"),
+            },
+            Action::AskReplicas(ca) => match replicas::all_serve(&client, &settings, &ca).await {
+                Ok(all_serve) => match rotation.answered(all_serve) {
+                    Answered::Settle(bundle) => {
+                        match ensure_configuration(&client, &settings, &bundle).await {
                             Ok(()) => {
                                 info!(
                                     "every replica serves the current CA; earlier CAs are no longer trusted"
                                 );
-                                (trusted, published, waited) = (next, wanted, 0);
+                                rotation.settled();
                             }
                             Err(e) => warn!(error = %e, "cannot update the webhook configuration"),
                         }
                     }
-                    Ok(false) => {
-                        waited += 1;
-                        // Said once: earlier CAs stay trusted, which is safe but should end.
-                        if waited == LONG_OVERLAP {
-                            warn!(
-                                checks = waited,
-                                "a webhook replica still does not serve the current CA: earlier \
-                                 CAs stay in the caBundle until every ready replica does; check \
-                                 that the operator's pods reach each other on the webhook port"
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "cannot ask the webhook's replicas which CA they serve")
-                    }
+                    // Said once: earlier CAs stay trusted, which is safe but should end.
+                    Answered::Wait { warn: true } => warn!(
+                        checks = LONG_OVERLAP,
+                        "a webhook replica still does not serve the current CA: earlier \
+                         CAs stay in the caBundle until every ready replica does; check \
+                         that the operator's pods reach each other on the webhook port"
+                    ),
+                    Answered::Wait { warn: false } => {}
+                },
+                Err(e) => {
+                    warn!(error = %e, "cannot ask the webhook's replicas which CA they serve")
                 }
-            }
-            Ok(_) => {
-                // Someone deleted a configuration, or changed its CA: put it back (a read
-                // each time, a write only then, so an idle operator writes nothing).
-                match configuration_current(&client, &settings, &serving.ca_cert).await {
+            },
+            Action::Verify { ca, bundle } => {
+                match configuration_current(&client, &settings, &ca).await {
                     Ok(true) => {}
                     Ok(false) => {
                         warn!("the webhook configuration was missing or changed; restoring it");
-                        if let Err(e) = ensure_configuration(&client, &settings, &published).await {
+                        if let Err(e) = ensure_configuration(&client, &settings, &bundle).await {
                             warn!(error = %e, "cannot restore the webhook configuration");
                         }
                     }
                     Err(e) => warn!(error = %e, "cannot read the webhook configuration"),
                 }
             }
-            Err(e) => warn!(error = %e, "cannot check the webhook certificate"),
         }
     }
     let _ = stop.send(true);

@@ -165,24 +165,35 @@ impl Resource {
         all
     }
 
-    /// The Secrets a `Clair` names as CA bundles (`spec.pod` and each service's `pod`): the
-    /// operator reads them to check its external databases.
-    pub fn ca_bundle_secrets(&self) -> Vec<String> {
-        let Self::Clair(clair) = self else {
-            return Vec::new();
+    /// The Secrets other than config sources the operator reads for the resource: the
+    /// tracing headers (copied into the pods' config), and a `Clair`'s CA bundles
+    /// (`spec.pod` and each service's `pod`, to check its external databases).
+    pub fn other_secrets(&self) -> Vec<String> {
+        let (tracing, pods) = match self {
+            Self::Clair(clair) => {
+                let spec = &clair.spec;
+                let services = [
+                    spec.indexer.as_ref(),
+                    spec.matcher.as_ref(),
+                    spec.notifier.as_ref().map(|n| &n.service),
+                ];
+                let pods: Vec<_> = services
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.pod.as_ref())
+                    .chain(spec.pod.as_ref())
+                    .collect();
+                (spec.tracing.as_ref(), pods)
+            }
+            _ => match self.service() {
+                Some((spec, _)) => (spec.tracing.as_ref(), Vec::new()),
+                None => (None, Vec::new()),
+            },
         };
-        let spec = &clair.spec;
-        let services = [
-            spec.indexer.as_ref(),
-            spec.matcher.as_ref(),
-            spec.notifier.as_ref().map(|n| &n.service),
-        ];
-        let mut names: Vec<String> = services
+        let mut names: Vec<String> = pods
             .into_iter()
-            .flatten()
-            .filter_map(|s| s.pod.as_ref())
-            .chain(spec.pod.as_ref())
             .filter_map(|pod| pod.ca_bundle.as_ref()?.secret.clone())
+            .chain(tracing.and_then(|t| t.headers_secret.clone()))
             .collect();
         names.sort();
         names.dedup();
@@ -196,12 +207,16 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
     let refused = match resource.service() {
         Some((spec, mode)) => {
             service_checks(spec, mode, lookup, &mut warnings);
-            images.refusal(&images::service_images(spec))
+            images
+                .refusal(&images::service_images(spec))
+                .or_else(|| tracing_refusal(spec.tracing.as_ref()))
         }
         None => match resource {
             Resource::Clair(clair) => {
                 clair_checks(clair, lookup, &mut warnings);
-                images.refusal(&images::clair_images(&clair.spec))
+                images
+                    .refusal(&images::clair_images(&clair.spec))
+                    .or_else(|| tracing_refusal(clair.spec.tracing.as_ref()))
             }
             _ => None,
         },
@@ -210,6 +225,12 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
         denied: refused,
         warnings,
     }
+}
+
+/// A `tracing` Clair could not export to: refused, since no later edit of another object
+/// can make it work.
+fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> {
+    crate::render::traces::exporter(tracing?).err()
 }
 
 fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>) {
@@ -323,6 +344,37 @@ mod tests {
             json!({"config": {"root": {"configMap": {"name": "cfg", "key": "config.yaml"}}}});
         json_patch::merge(&mut spec, &extra);
         serde_json::from_value(json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Indexer", "metadata": {"name": "i"}, "spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn a_tracing_endpoint_clair_cannot_export_to_is_refused_naming_the_field() {
+        let cluster = Cluster(vec![]);
+        let verdict = |tracing: Value| {
+            check(
+                &indexer(json!({"tracing": tracing})),
+                "Indexer",
+                &cluster,
+                &ImagePolicy::default(),
+            )
+        };
+        let good = verdict(json!({"endpoint": "http://jaeger.observability:4318"}));
+        assert_eq!(good.denied, None);
+        let named =
+            indexer(json!({"tracing": {"endpoint": "http://j:4318", "headersSecret": "h"}}));
+        let resource = Resource::decode(&named, "Indexer").unwrap().unwrap();
+        assert_eq!(
+            resource.other_secrets(),
+            ["h"],
+            "the writer must be able to read it"
+        );
+        let bad = verdict(json!({"endpoint": "http://jaeger.observability"}));
+        assert!(
+            bad.denied
+                .as_deref()
+                .is_some_and(|d| d.contains("spec.tracing.endpoint")),
+            "{:?}",
+            bad.denied
+        );
     }
 
     #[test]

@@ -178,7 +178,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         let secrets = sources
             .iter()
             .filter_map(|s| s.secret.as_ref().map(|k| k.name.clone()))
-            .chain(resource.ca_bundle_secrets());
+            .chain(resource.other_secrets());
         for secret in secrets {
             let user = &request.user_info;
             match crate::sources::may_get(&client, user, &namespace, "secrets", &secret).await {

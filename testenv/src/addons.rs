@@ -3,8 +3,9 @@
 //! Prometheus (Debian's package) scraping every pod's `introspection` and `metrics` ports
 //! (found through the harness's HTTP discovery: Debian builds it without Kubernetes'),
 //! and KEDA (operator, metrics apiserver registered as `external.metrics.k8s.io`, admission
-//! webhook for ScaledObjects). metrics-server and KEDA are built by their `tools/` scripts
-//! from the Go module proxy and cached. They listen on the node's address (the apiserver
+//! webhook for ScaledObjects), and Jaeger's all-in-one as the trace collector (OTLP over HTTP
+//! and gRPC in, the query API out, spans kept in memory). metrics-server, KEDA and Jaeger are
+//! built by their `tools/` scripts from the Go module proxy and cached. They listen on the node's address (the apiserver
 //! reaches the aggregated servers at their Endpoints there); they send nothing off the
 //! machine.
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use crate::binaries::{keda_dir, metrics_server_binary};
+use crate::binaries::{jaeger_binary, keda_dir, metrics_server_binary};
 use crate::controlplane::free_ports;
 use crate::host::NODE_IP;
 use crate::process::{Process, wait_while_running};
@@ -25,6 +26,7 @@ pub(crate) struct AddonBinaries {
     metrics_server: PathBuf,
     keda: PathBuf,
     prometheus: PathBuf,
+    jaeger: PathBuf,
 }
 
 impl AddonBinaries {
@@ -41,6 +43,7 @@ impl AddonBinaries {
             metrics_server: metrics_server_binary()?,
             keda: keda_dir()?,
             prometheus,
+            jaeger: jaeger_binary()?,
         })
     }
 }
@@ -59,6 +62,32 @@ pub struct Addons {
     // Stopped after Prometheus, which asks it.
     _discovery: Discovery,
     prometheus_url: String,
+    collector: Collector,
+}
+
+/// Jaeger's addresses.
+#[derive(Clone, Debug)]
+pub struct Collector {
+    /// OTLP over HTTP, `http://NODE_IP:PORT` (pods and host processes reach it).
+    pub otlp_http: String,
+    /// OTLP over gRPC, `NODE_IP:PORT`.
+    pub otlp_grpc: String,
+    /// The query API (`/api/services`, `/api/traces`), `http://NODE_IP:PORT`.
+    pub query: String,
+}
+
+impl Collector {
+    /// Whether the query API answers (Jaeger serves it once its storage is up).
+    pub(crate) fn answers(&self) -> bool {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build()
+            .into();
+        agent
+            .get(format!("{}/api/services", self.query))
+            .call()
+            .is_ok()
+    }
 }
 
 impl Addons {
@@ -78,6 +107,10 @@ impl Addons {
             webhook_port,
             webhook_metrics,
             webhook_probe,
+            otlp_http,
+            otlp_grpc,
+            query_http,
+            query_grpc,
         ] = free_ports()?;
         let dir = inputs.dir;
         let logs = dir.join("logs");
@@ -137,6 +170,23 @@ impl Addons {
             &logs,
         )?);
 
+        let jaeger_config = dir.join("jaeger.yaml");
+        write(
+            &jaeger_config,
+            &jaeger_config_text(otlp_http, otlp_grpc, query_http, query_grpc),
+        )?;
+        processes.push(Process::spawn(
+            "jaeger",
+            &binaries.jaeger,
+            &[format!("--config={}", jaeger_config.display())],
+            &logs,
+        )?);
+        let collector = Collector {
+            otlp_http: format!("http://{NODE_IP}:{otlp_http}"),
+            otlp_grpc: format!("{NODE_IP}:{otlp_grpc}"),
+            query: format!("http://{NODE_IP}:{query_http}"),
+        };
+
         let keda_env = |command: &mut std::process::Command| {
             command
                 .env("KUBECONFIG", &admin)
@@ -193,6 +243,7 @@ impl Addons {
                 processes,
                 _discovery: discovery,
                 prometheus_url,
+                collector,
             },
             objects,
         ))
@@ -206,6 +257,11 @@ impl Addons {
     /// Prometheus's HTTP API, `http://NODE_IP:PORT`.
     pub fn prometheus_url(&self) -> &str {
         &self.prometheus_url
+    }
+
+    /// The trace collector's addresses.
+    pub fn collector(&self) -> &Collector {
+        &self.collector
     }
 
     /// Fails with the end of its log when an add-on has exited.
@@ -242,6 +298,52 @@ impl Drop for Addons {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Jaeger v2's all-in-one, reduced to what the tests use: OTLP receivers on the node's
+/// address, in-memory storage, the query API; no metrics or health ports of its own.
+fn jaeger_config_text(otlp_http: u16, otlp_grpc: u16, query_http: u16, query_grpc: u16) -> String {
+    format!(
+        r#"service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: info
+extensions:
+  jaeger_storage:
+    backends:
+      memory:
+        memory:
+          max_traces: 20000
+  jaeger_query:
+    storage:
+      traces: memory
+    http:
+      endpoint: "{NODE_IP}:{query_http}"
+    grpc:
+      endpoint: "127.0.0.1:{query_grpc}"
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: "{NODE_IP}:{otlp_http}"
+      grpc:
+        endpoint: "{NODE_IP}:{otlp_grpc}"
+processors:
+  batch:
+    timeout: 1s
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memory
+"#
+    )
 }
 
 /// Scrapes every pod port named `introspection` (Clair) or `metrics` (the operator) every

@@ -44,6 +44,12 @@ pub fn metrics_server_binary() -> Result<PathBuf> {
     build("tools/metrics-server/build.sh")
 }
 
+/// Jaeger's all-in-one (the trace collector), built on first use by `tools/jaeger/build.sh`
+/// from the Go module proxy and cached.
+pub fn jaeger_binary() -> Result<PathBuf> {
+    build("tools/jaeger/build.sh")
+}
+
 /// A real RPM database (`rpmdb.sqlite`) of `packages` packages named `rhel-load-N`, built on
 /// first use by `tools/rpmdb/build.sh` with Debian's rpm tools and cached.
 pub fn rpm_database(packages: usize) -> Result<PathBuf> {

@@ -483,10 +483,15 @@ impl ControlPlane {
             .addons
             .as_mut()
             .ok_or_else(|| Error::Missing("the add-ons were not started".into()))?;
+        let collector = addons.collector().clone();
         addons.wait(
-            "metrics-server and KEDA's metrics apiserver to be Available",
+            "metrics-server and KEDA's metrics apiserver to be Available, and Jaeger to answer",
             START_TIMEOUT,
-            || available("v1beta1.metrics.k8s.io") && available("v1beta1.external.metrics.k8s.io"),
+            || {
+                available("v1beta1.metrics.k8s.io")
+                    && available("v1beta1.external.metrics.k8s.io")
+                    && collector.answers()
+            },
         )
     }
 

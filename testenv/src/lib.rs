@@ -18,7 +18,7 @@ mod pki;
 mod postgres;
 mod process;
 
-pub use addons::Addons;
+pub use addons::{Addons, Collector};
 pub use binaries::Binaries;
 pub use binaries::{clair_binaries, metrics_server_binary, rpm_database};
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages};

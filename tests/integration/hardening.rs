@@ -264,6 +264,31 @@ pub async fn a_resource_may_not_name_a_secret_its_writer_cannot_read(
         "alice named a caBundle Secret she may not read: {}",
         refused.stderr
     );
+    // So is the tracing headers Secret (its values go into the pods' config and out to the
+    // collector the writer names); a service resource's is in `other_secrets` alike (unit
+    // test in src/webhook/resources.rs).
+    let traced = bundled.replace("name: bundled", "name: traced").replace(
+        "  pod:
+    caBundle: {secret: corporate-ca}
+",
+        "  tracing:
+    endpoint: http://collector.observability:4318
+    headersSecret: databases
+",
+    );
+    let refused = env.kubectl_run_as(
+        "alice",
+        &ns,
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&traced),
+    )?;
+    ensure!(
+        !refused.success
+            && refused.stderr.contains("Secret databases")
+            && refused.stderr.contains("may not get"),
+        "alice named a tracing headers Secret she may not read: {}",
+        refused.stderr
+    );
     Ok(())
 }
 

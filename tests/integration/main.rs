@@ -83,6 +83,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::a_second_writer_is_fought_with_a_growing_wait_and_loses,
         services::twenty_available_resources_make_no_writes_when_idle,
         services::a_service_monitor_appears_once_the_cluster_serves_them,
+        services::tracing_renders_the_trace_section_once_its_headers_secret_is_good,
         webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,
         webhook::a_rotated_certificate_keeps_the_webhook_answering,
         webhook::templating_resolves_references_the_author_may_read,

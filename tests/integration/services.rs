@@ -949,3 +949,116 @@ fn reverts(env: &TestEnv) -> anyhow::Result<f64> {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum())
 }
+
+/// `spec.tracing` becomes Clair's `trace` section in the snapshot the pods run: the headers
+/// Secret is waited for while missing, refused while a value is no header value (never
+/// quoted), and an endpoint Clair cannot export to is refused by the webhook.
+pub async fn tracing_renders_the_trace_section_once_its_headers_secret_is_good(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let ns = env.namespace("tracing").await?;
+    let client = env.client().await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    let refused = indexer(
+        env,
+        &ns,
+        "no-port",
+        json!({"tracing": {"endpoint": "http://collector.observability"}}),
+    )
+    .await
+    .err()
+    .context("an endpoint without a port was admitted")?;
+    ensure!(
+        format!("{refused:#}").contains("spec.tracing.endpoint"),
+        "the refusal names the field: {refused:#}"
+    );
+
+    let tracing = json!({"tracing": {
+        "endpoint": "http://collector.observability:4318",
+        "headersSecret": "otlp-headers",
+    }});
+    indexer(env, &ns, "idx", tracing).await?;
+    let api: Api<Indexer> = Api::namespaced(client.clone(), &ns);
+    let config_valid = |reason: &'static str| {
+        let api = api.clone();
+        async move {
+            let status = api.get("idx").await?.status.unwrap_or_default();
+            anyhow::Ok(
+                condition(&status, "ConfigValid")
+                    .ok()
+                    .filter(|(_, r, _)| r == reason)
+                    .map(|(_, _, message)| message),
+            )
+        }
+    };
+    eventually(LONG, "ConfigMissing naming the headers Secret", || async {
+        Ok(config_valid("ConfigMissing").await?.is_some_and(|m| {
+            m.contains("otlp-headers") && m.contains("spec.tracing.headersSecret")
+        }))
+    })
+    .await?;
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let headers = |data: serde_json::Value| {
+        let secrets = secrets.clone();
+        async move {
+            let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "otlp-headers"}, "stringData": data});
+            secrets
+                .patch(
+                    "otlp-headers",
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&secret),
+                )
+                .await
+        }
+    };
+    // The apiserver lets only header-name characters into a key; a value may hold anything.
+    headers(json!({"x-api-key": "hunter2\r\nX-Injected: 1"})).await?;
+    eventually(
+        LONG,
+        "ConfigInvalid naming the key, not the value",
+        || async {
+            Ok(config_valid("ConfigInvalid").await?.is_some_and(|m| {
+                m.contains("Secret otlp-headers")
+                    && m.contains("x-api-key")
+                    && !m.contains("hunter2")
+            }))
+        },
+    )
+    .await?;
+
+    // `stringData` merges into `data`: the whole Secret is replaced to drop the bad key.
+    secrets
+        .delete("otlp-headers", &DeleteParams::default())
+        .await?;
+    headers(json!({"X-Scope-OrgID": "tenant-a"})).await?;
+    let available: Indexer = wait_for(env, &ns, "idx", Phase::Available, 1).await?;
+    let hash = available
+        .status
+        .and_then(|s| s.config_hash)
+        .context("hash")?;
+    let snapshot = secrets
+        .list(&ListParams::default().labels(&selector("idx")))
+        .await?
+        .items
+        .into_iter()
+        .find(|s| s.name_any().ends_with(&hash[..10]))
+        .context("the running snapshot")?;
+    let config: serde_json::Value = serde_json::from_slice(
+        &snapshot
+            .data
+            .and_then(|d| d.get("config.json").cloned())
+            .context("config.json")?
+            .0,
+    )?;
+    ensure!(
+        config["trace"]
+            == json!({"name": "otlp", "probability": 0.1, "otlp": {"http": {
+                "endpoint": "collector.observability:4318", "insecure": true,
+                "headers": {"x-scope-orgid": "tenant-a"}}}}),
+        "the trace section the pods run: {}",
+        config["trace"]
+    );
+    Ok(())
+}

@@ -59,14 +59,13 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         ),
     };
     let jobs = match &actions.upgrade {
-        UpgradeAction::Start { step, version } => {
-            Owned::at_least().create_once(render::upgrade_job(input, *step, version))
-        }
+        UpgradeAction::Start { step, version } => Owned::at_least()
+            .create_once(crate::render::clairctl::upgrade_job(input, *step, version)),
         UpgradeAction::CleanUp => Owned::exactly(),
         UpgradeAction::None => Owned::at_least(),
     };
     let cron_jobs = if actions.roll {
-        Owned::exactly().apply_some(render::updater_cronjob(input))
+        Owned::exactly().apply_some(crate::render::clairctl::updater_cronjob(input))
     } else {
         Owned::at_least()
     };

@@ -28,8 +28,8 @@ use super::apply::apply_clair;
 use super::capabilities::optional_api_changes;
 use super::error::ObserveError;
 use super::watch::{self, Scope};
-use super::{Context, Error, Owner, now};
-use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, Phase};
+use super::{Context, Error, Owner, Referenced, now};
+use crate::api::{Clair, Indexer, Matcher, Notifier, Phase};
 use crate::machine::clair::{actions, decide};
 use crate::render::clair::ClairInput;
 
@@ -87,12 +87,12 @@ pub async fn run(
         .watches(
             watch::metadata::<ConfigMap>(&client, &scope),
             watch::every(),
-            referencing(store.clone(), super::names_config_map),
+            referencing(store.clone(), Referenced::ConfigMap),
         )
         .watches(
             watch::metadata::<Secret>(&client, &scope),
             watch::every(),
-            referencing(store, super::names_secret),
+            referencing(store, Referenced::Secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))
         // A database check that ended, apart from the reconcile (`probes`), for a Clair of
@@ -122,22 +122,26 @@ fn clair_of_job(job: kube::api::PartialObjectMeta<Job>) -> Option<ObjectRef<Clai
 }
 
 /// Maps a ConfigMap or Secret to the `Clair`s in its namespace that name it: as a drop-in,
-/// or (Secrets) as an external connection string. Owned Secrets reach their owner anyway.
+/// or (Secrets) as an external connection string or the tracing headers. Owned Secrets
+/// reach their owner anyway.
 fn referencing<O: Resource>(
     store: Store<Clair>,
-    names: impl Fn(&ConfigSource, &str) -> bool + Send + Sync + 'static,
+    kind: Referenced,
 ) -> impl Fn(O) -> Vec<ObjectRef<Clair>> + Send + Sync + 'static {
     move |object: O| {
         let name = object.name_any();
         let namespace = object.namespace();
         super::related(&store, namespace.as_deref(), |clair| {
-            let external = clair.spec.database.external.as_ref().is_some_and(|e| {
-                [Some(&e.indexer), Some(&e.matcher), e.notifier.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .any(|r| r.name == name)
-            });
-            external || clair.spec.dropins.iter().any(|d| names(d, &name))
+            let external = kind == Referenced::Secret
+                && clair.spec.database.external.as_ref().is_some_and(|e| {
+                    [Some(&e.indexer), Some(&e.matcher), e.notifier.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .any(|r| r.name == name)
+                });
+            external
+                || clair.spec.dropins.iter().any(|d| kind.by_source(d, &name))
+                || kind.by_tracing(clair.spec.tracing.as_ref(), &name)
         })
     }
 }

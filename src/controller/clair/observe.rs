@@ -17,7 +17,7 @@ use crate::clairconfig::{self, Document};
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
 use crate::controller::service::ServiceResource;
-use crate::controller::service::observe::{judge, read};
+use crate::controller::service::observe::{judge, read, tracing_dropin};
 use crate::controller::{Context, Error};
 use crate::database::budget;
 use crate::database::probe::ProbeOptions;
@@ -25,7 +25,8 @@ use crate::images;
 use crate::machine::clair::{ChildObservation, ClairSnapshot, RoutingObservation};
 use crate::machine::observation::ConfigObservation;
 use crate::machine::upgrade::{self, JobState, StepJobs, Upgrade};
-use crate::render::clair::{self as render, ClairInput, ROOT_KEY, upgrade_job_name};
+use crate::render::clair::{self as render, ClairInput, ROOT_KEY};
+use crate::render::clairctl::upgrade_job_name;
 use crate::render::database as db;
 use crate::render::routing;
 use crate::sources::ObjectSource;
@@ -232,7 +233,8 @@ impl Observed {
     }
 }
 
-/// The generated config with the user's drop-ins, validated for every enabled service.
+/// The generated config with the trace section of `spec.tracing` and the user's drop-ins,
+/// validated for every enabled service, as each service resource will merge it.
 pub async fn config(
     objects: &impl ObjectSource,
     input: &ClairInput<'_>,
@@ -249,6 +251,12 @@ pub async fn config(
         secret: true,
     };
     let mut dropins = Vec::new();
+    if let Some(tracing) = &input.spec.tracing {
+        match tracing_dropin(objects, input.namespace, tracing, ROOT_KEY).await? {
+            Ok(document) => dropins.push(document),
+            Err(problem) => return Ok(problem),
+        }
+    }
     for (index, source) in input.spec.dropins.iter().enumerate() {
         // Clair applies a drop-in only when its extension matches the root's; one that
         // would be silently ignored is refused here instead.

@@ -23,9 +23,9 @@ use tracing::debug;
 
 use super::apply::apply_service;
 use super::watch::{self, Scope};
-use super::{Context, Error, Owner, now};
+use super::{Context, Error, Owner, Referenced, now};
+use crate::api::Phase;
 use crate::api::service::ClairService;
-use crate::api::{ConfigSource, Phase};
 use crate::machine::service::decide;
 use crate::render::service::{ServiceInput, deployment};
 
@@ -95,12 +95,12 @@ pub async fn run<K: ServiceResource>(
         .watches(
             watch::metadata::<ConfigMap>(&client, &scope),
             watch::every(),
-            referencing(store.clone(), super::names_config_map),
+            referencing(store.clone(), Referenced::ConfigMap),
         )
         .watches(
             watch::metadata::<Secret>(&client, &scope),
             watch::every(),
-            referencing(store, super::names_secret),
+            referencing(store, Referenced::Secret),
         )
         .reconcile_all_on(super::capabilities::optional_api_changes(
             context.client.clone(),
@@ -132,19 +132,21 @@ fn scaled_service<K: ServiceResource>(
 }
 
 /// Maps a ConfigMap or Secret to the resources of kind `K` in its namespace whose config
-/// names it, so an edit re-renders them.
+/// (or, for a Secret, tracing headers) names it, so an edit re-renders them.
 fn referencing<K: ServiceResource, O: Resource>(
     store: Store<K>,
-    names: impl Fn(&ConfigSource, &str) -> bool + Send + Sync + 'static,
+    kind: Referenced,
 ) -> impl Fn(O) -> Vec<ObjectRef<K>> + Send + Sync + 'static {
     move |object: O| {
         let name = object.name_any();
         let namespace = object.namespace();
         super::related(&store, namespace.as_deref(), |k| {
-            let config = &k.service_spec().config;
+            let spec = k.service_spec();
+            let config = &spec.config;
             std::iter::once(&config.root)
                 .chain(&config.dropins)
-                .any(|source| names(source, &name))
+                .any(|source| kind.by_source(source, &name))
+                || kind.by_tracing(spec.tracing.as_ref(), &name)
         })
     }
 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec, Met
 use kube::api::Api;
 
 use crate::api::{
-    AutoscalingEngine, ConfigSource, ConfigSpec, ServiceKind, ServiceSpec, ServiceStatus,
+    AutoscalingEngine, ConfigSource, ServiceKind, ServiceSpec, ServiceStatus, TracingSpec,
 };
 use crate::clairconfig::{self, Document};
 use crate::controller::capabilities::OptionalApi;
@@ -19,6 +19,7 @@ use crate::machine::observation::{ConfigObservation, DatabaseObservation};
 use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
 use crate::render::autoscaling::{autoscaler_name, engine};
 use crate::render::service::{ConfigSnapshot, min_available};
+use crate::render::traces;
 use crate::sources::ObjectSource;
 
 /// Everything one reconcile read about a service resource.
@@ -61,7 +62,7 @@ pub async fn observe(
     }
     let (config, snapshot) = match context.images.refusal(&images::service_images(spec)) {
         Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
-        None => config(&context.client, namespace, &spec.config, kind).await?,
+        None => config(&context.client, namespace, spec, kind).await?,
     };
     let scaled_objects = context.capabilities.serves(OptionalApi::ScaledObject).await;
     let (config, snapshot) = match keda_refusal(spec, scaled_objects) {
@@ -316,25 +317,77 @@ fn template_contains(current: &Deployment, desired: &Deployment) -> bool {
 }
 
 /// The config of a service: missing, invalid (with the field and reason), or valid with
-/// the snapshot the pods get.
+/// the snapshot the pods get. The `trace` section of `spec.tracing` comes before the
+/// config's own drop-ins.
 pub async fn config(
     objects: &impl ObjectSource,
     namespace: &str,
-    spec: &ConfigSpec,
+    spec: &ServiceSpec,
     mode: ServiceKind,
 ) -> Result<(ConfigObservation, Option<ConfigSnapshot>), ObserveError> {
-    let root = match read(objects, namespace, &spec.root).await? {
+    let config = &spec.config;
+    let root = match read(objects, namespace, &config.root).await? {
         Ok(document) => document,
         Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
     };
-    let mut dropins = Vec::with_capacity(spec.dropins.len());
-    for source in &spec.dropins {
+    let mut dropins = Vec::with_capacity(config.dropins.len() + 1);
+    if let Some(tracing) = &spec.tracing {
+        match tracing_dropin(objects, namespace, tracing, &root.key).await? {
+            Ok(document) => dropins.push(document),
+            Err(problem) => return Ok((problem, None)),
+        }
+    }
+    for source in &config.dropins {
         match read(objects, namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => return Ok((ConfigObservation::Missing { what }, None)),
         }
     }
     Ok(judge(&root, &dropins, mode))
+}
+
+/// The generated drop-in holding Clair's `trace` section for `tracing`, in the format of
+/// the root key `root_key`, its headers read from their Secret; or why there is none.
+pub async fn tracing_dropin(
+    objects: &impl ObjectSource,
+    namespace: &str,
+    tracing: &TracingSpec,
+    root_key: &str,
+) -> Result<Result<Document, ConfigObservation>, ObserveError> {
+    let exporter = match traces::exporter(tracing) {
+        Ok(exporter) => exporter,
+        Err(message) => return Ok(Err(ConfigObservation::Invalid { message })),
+    };
+    let headers = match &tracing.headers_secret {
+        None => BTreeMap::new(),
+        Some(name) => {
+            let secret = objects
+                .secret(namespace, name)
+                .await
+                .map_err(ObserveError::reading(format!("Secret {name}")))?;
+            let Some(secret) = secret else {
+                return Ok(Err(ConfigObservation::Missing {
+                    what: format!("Secret {name} (spec.tracing.headersSecret) does not exist"),
+                }));
+            };
+            match traces::headers(name, &secret.data.unwrap_or_default()) {
+                Ok(headers) => headers,
+                Err(message) => return Ok(Err(ConfigObservation::Invalid { message })),
+            }
+        }
+    };
+    // JSON is YAML too: the text reads in either format, the key says which.
+    let format = if root_key.ends_with(".json") {
+        "json"
+    } else {
+        "yaml"
+    };
+    Ok(Ok(Document {
+        name: "the trace section of spec.tracing".to_string(),
+        key: format!("tracing.{format}"),
+        text: traces::section(&exporter, &headers).to_string(),
+        secret: tracing.headers_secret.is_some(),
+    }))
 }
 
 /// Merges and validates documents already read.

@@ -263,6 +263,25 @@ impl TestEnv {
                 String::from_utf8_lossy(&output.stderr)
             );
         }
+        // The in-cluster operator exports its reconcile spans to the harness's collector
+        // (its address is known only now: it listens on a free port).
+        if let Some(collector) = in_cluster.then(|| plane.addons()).flatten() {
+            let endpoint = format!(
+                "OTEL_EXPORTER_OTLP_ENDPOINT={}",
+                collector.collector().otlp_http
+            );
+            let output = plane
+                .kubectl()
+                .args(["--namespace", "clair-operator", "set", "env"])
+                .args(["deployment/clair-operator", &endpoint])
+                .output()?;
+            if !output.status.success() {
+                bail!(
+                    "kubectl set env deployment/clair-operator: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+        }
         let postgres = Postgres::start_reachable(
             &plane.dir().join("logs"),
             real_node.then_some((NODE_IP, POD_CIDR)),
