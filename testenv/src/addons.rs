@@ -5,9 +5,9 @@
 //! and KEDA (operator, metrics apiserver registered as `external.metrics.k8s.io`, admission
 //! webhook for ScaledObjects), and Jaeger's all-in-one as the trace collector (OTLP over HTTP
 //! and gRPC in, the query API out, spans kept in memory). metrics-server, KEDA and Jaeger are
-//! built by their `tools/` scripts from the Go module proxy and cached. They listen on the node's address (the apiserver
-//! reaches the aggregated servers at their Endpoints there); they send nothing off the
-//! machine.
+//! built by their `tools/` scripts from the Go module proxy and cached. They listen on the
+//! node's address (the apiserver reaches the aggregated servers at their Endpoints there);
+//! they send nothing off the machine.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
