@@ -249,46 +249,37 @@ pub async fn a_resource_may_not_name_a_secret_its_writer_cannot_read(
     // The administrator, who may read it, may name it.
     let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(clair))?;
     ensure!(created.success, "{}", created.stderr);
-    // A caBundle Secret is read by the operator too (to check the databases): the same rule.
-    let bundled = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Clair\nmetadata:\n  name: bundled\nspec:\n  notifier:\n    enabled: false\n  database:\n    managed: {}\n  pod:\n    caBundle: {secret: corporate-ca}\n";
-    let refused = env.kubectl_run_as(
-        "alice",
-        &ns,
-        &["create", "--dry-run=server", "-f", "-"],
-        Some(bundled),
-    )?;
-    ensure!(
-        !refused.success
-            && refused.stderr.contains("Secret corporate-ca")
-            && refused.stderr.contains("may not get"),
-        "alice named a caBundle Secret she may not read: {}",
-        refused.stderr
-    );
-    // So is the tracing headers Secret (its values go into the pods' config and out to the
-    // collector the writer names); a service resource's is in `other_secrets` alike (unit
-    // test in src/webhook/resources.rs).
-    let traced = bundled.replace("name: bundled", "name: traced").replace(
-        "  pod:
-    caBundle: {secret: corporate-ca}
-",
-        "  tracing:
-    endpoint: http://collector.observability:4318
-    headersSecret: databases
-",
-    );
-    let refused = env.kubectl_run_as(
-        "alice",
-        &ns,
-        &["create", "--dry-run=server", "-f", "-"],
-        Some(&traced),
-    )?;
-    ensure!(
-        !refused.success
-            && refused.stderr.contains("Secret databases")
-            && refused.stderr.contains("may not get"),
-        "alice named a tracing headers Secret she may not read: {}",
-        refused.stderr
-    );
+    // The operator reads a caBundle Secret too (to check the databases), and the tracing
+    // headers Secret (its values go into the pods' config and out to the collector the writer
+    // names): the same rule. A service resource's headers Secret is in `other_secrets` alike
+    // (unit test in src/webhook/resources.rs).
+    let managed = "apiVersion: clair.projectquay.io/v1alpha1\nkind: Clair\nmetadata:\n  name: other\nspec:\n  notifier:\n    enabled: false\n  database:\n    managed: {}\n";
+    for (field, secret, extra) in [
+        (
+            "caBundle",
+            "corporate-ca",
+            "  pod:\n    caBundle: {secret: corporate-ca}\n",
+        ),
+        (
+            "tracing headers",
+            "databases",
+            "  tracing:\n    endpoint: http://collector.observability:4318\n    headersSecret: databases\n",
+        ),
+    ] {
+        let refused = env.kubectl_run_as(
+            "alice",
+            &ns,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&format!("{managed}{extra}")),
+        )?;
+        ensure!(
+            !refused.success
+                && refused.stderr.contains(&format!("Secret {secret}"))
+                && refused.stderr.contains("may not get"),
+            "alice named a {field} Secret she may not read: {}",
+            refused.stderr
+        );
+    }
     Ok(())
 }
 
