@@ -1,8 +1,6 @@
 //! The CustomResourceDefinitions as YAML: printed by `clair-operator crds`, written to `crds/`
 //! and compared with the committed files by a test, so a schema change cannot ship stale.
 
-use std::path::Path;
-
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
@@ -61,23 +59,34 @@ pub fn files() -> Result<Vec<GeneratedFile>, Error> {
     Ok(files)
 }
 
-/// Writes every file into `dir`.
-pub fn write(dir: &Path) -> Result<(), Error> {
-    Ok(generated::write(dir, &files()?)?)
-}
+/// The generator of `crds/`.
+pub struct Crds;
 
-/// Fails, naming each file, when `dir` does not hold exactly what the code prints.
-pub fn check(dir: &Path) -> Result<(), Error> {
-    Ok(generated::check(
-        dir,
-        &files()?,
-        "cargo run -- crds --out crds",
-    )?)
+impl generated::Generator for Crds {
+    type Error = Error;
+    const FIX: &'static str = "cargo run -- crds --out crds";
+
+    fn files() -> Result<Vec<GeneratedFile>, Error> {
+        files()
+    }
+
+    /// The CRDs as one YAML stream, without the kustomization.
+    fn print(files: Vec<GeneratedFile>) -> String {
+        let docs: Vec<String> = files
+            .into_iter()
+            .filter(|f| f.name != "kustomization.yaml")
+            .map(|f| f.text)
+            .collect();
+        docs.join("---\n")
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::generated::Generator;
 
     fn committed() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")
@@ -85,7 +94,7 @@ mod tests {
 
     #[test]
     fn committed_crds_match_the_code() {
-        if let Err(e) = check(&committed()) {
+        if let Err(e) = Crds::check(&committed()) {
             panic!("{e}");
         }
     }
@@ -103,10 +112,10 @@ mod tests {
     #[test]
     fn check_names_a_stale_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        write(dir.path()).expect("write");
+        Crds::write(dir.path()).expect("write");
         let victim = dir.path().join("matchers.clair.projectquay.io.yaml");
         std::fs::write(&victim, "stale").expect("overwrite");
-        let error = check(dir.path()).expect_err("a stale file must fail the check");
+        let error = Crds::check(dir.path()).expect_err("a stale file must fail the check");
         let message = error.to_string();
         assert!(
             message.contains("matchers.clair.projectquay.io.yaml"),

@@ -63,3 +63,57 @@ pub fn check(dir: &Path, files: &[GeneratedFile], fix: &str) -> Result<(), Error
         })
     }
 }
+
+/// A folder the code generates: its files, the command that rewrites it (named when the
+/// committed folder is stale), and what its command prints when given no folder.
+pub trait Generator {
+    type Error: From<Error>;
+    /// The command that regenerates the folder.
+    const FIX: &'static str;
+    /// Every file of the folder.
+    fn files() -> Result<Vec<GeneratedFile>, Self::Error>;
+    /// What `clair-operator <generator>` prints without `--out` or `--check`.
+    fn print(files: Vec<GeneratedFile>) -> String;
+
+    /// Writes every file into `dir`.
+    fn write(dir: &Path) -> Result<(), Self::Error> {
+        Ok(write(dir, &Self::files()?)?)
+    }
+
+    /// Fails, naming each file and [`Generator::FIX`], when `dir` does not hold exactly
+    /// what the code generates.
+    fn check(dir: &Path) -> Result<(), Self::Error> {
+        Ok(check(dir, &Self::files()?, Self::FIX)?)
+    }
+}
+
+/// What a generator command is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Print the files (as the generator prints them).
+    Print,
+    /// Write them into this folder.
+    Write(PathBuf),
+    /// Compare them with this folder.
+    Check(PathBuf),
+}
+
+impl Target {
+    /// `--out DIR`, `--check DIR`, or neither (clap keeps them exclusive).
+    pub fn of(out: Option<PathBuf>, check: Option<PathBuf>) -> Self {
+        match (out, check) {
+            (_, Some(dir)) => Self::Check(dir),
+            (Some(dir), None) => Self::Write(dir),
+            (None, None) => Self::Print,
+        }
+    }
+}
+
+/// Does what `target` asks with `G`'s files: the text to print, if any.
+pub fn run<G: Generator>(target: &Target) -> Result<Option<String>, G::Error> {
+    match target {
+        Target::Print => Ok(Some(G::print(G::files()?))),
+        Target::Write(dir) => G::write(dir).map(|()| None),
+        Target::Check(dir) => G::check(dir).map(|()| None),
+    }
+}

@@ -62,6 +62,21 @@ impl ImagePolicy {
     }
 }
 
+/// The Clair version an image names by its tag (`quay.io/projectquay/clair:4.9.0` →
+/// `v4.9.0`, `registry:5000/clair:v4.8.1` → `v4.8.1`), parsed as the distribution spec reads
+/// a reference. `None` for no tag, a digest alone or a tag that is no version (`latest`): no
+/// upgrade steps can be derived from those.
+pub fn version(image: &str) -> Option<String> {
+    let reference: oci_spec::distribution::Reference = image.parse().ok()?;
+    let tag = reference.tag()?;
+    let version = tag.strip_prefix('v').unwrap_or(tag);
+    version
+        .split('.')
+        .next()
+        .is_some_and(|major| major.parse::<u32>().is_ok())
+        .then(|| format!("v{version}"))
+}
+
 /// Every image a `Clair` runs, with the field that sets it (defaults included).
 pub fn clair_images(spec: &ClairSpec) -> Vec<(String, String)> {
     let mut images = vec![("spec.image".to_string(), render::clair::image(spec))];
@@ -111,6 +126,24 @@ mod tests {
         let repository = ImagePolicy::new(["quay.io/projectquay/clair".to_string()]);
         assert!(repository.allows("quay.io/projectquay/clair:4.9.0"));
         assert!(repository.allows("quay.io/projectquay/clair@sha256:abc"));
+    }
+
+    #[test]
+    fn versions_come_from_tags() {
+        assert_eq!(
+            version("quay.io/projectquay/clair:4.9.0").as_deref(),
+            Some("v4.9.0")
+        );
+        assert_eq!(
+            version("registry:5000/clair:v4.8.1").as_deref(),
+            Some("v4.8.1")
+        );
+        let digest = format!("quay.io/projectquay/clair:4.9.0@sha256:{}", "a".repeat(64));
+        assert_eq!(version(&digest).as_deref(), Some("v4.9.0"));
+        assert_eq!(version("registry:5000/clair"), None);
+        assert_eq!(version("clair:latest"), None);
+        assert_eq!(version("clair@sha256:abc"), None);
+        assert_eq!(version("not an image"), None);
     }
 
     #[test]

@@ -19,8 +19,8 @@ const LAYERS: &[&[&str]] = &[
     // The controllers and the admission webhooks.
     &["controller", "webhook"],
     // The OLM bundle, made from the installs and the webhooks' own registration; `render`,
-    // the controllers' pipeline run offline on files.
-    &["olm", "offline"],
+    // the controllers' pipeline run offline on files; the operator's wiring (`launch`).
+    &["olm", "offline", "launch"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -10,6 +10,7 @@ pub mod crdgen;
 pub mod database;
 pub mod generated;
 pub mod images;
+pub mod launch;
 pub mod leader;
 pub mod machine;
 pub mod metrics;

@@ -1,14 +1,15 @@
-//! The `clair-operator` command: the operator itself (`run`: controllers, admission
-//! webhooks, metrics, leader election), the offline tools (`check-config`, `render`), and
-//! the generators of `crds/`, `deploy/olm/` and `state-diagrams/`.
+//! The `clair-operator` command: parses the arguments and dispatches to the library: the
+//! operator itself (`run`, through `launch`), the offline tools (`check-config`, `render`),
+//! and the generators of `crds/`, `deploy/olm/` and `state-diagrams/`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clair_operator::api::{ServiceKind, names};
-use clair_operator::clairconfig;
-use clair_operator::machine::diagram;
-use clair_operator::{controller, crdgen, webhook};
+use clair_operator::clairconfig::report;
+use clair_operator::generated::{self, Generator};
+use clair_operator::telemetry::LogFormat;
+use clair_operator::{crdgen, launch, machine, offline, olm, webhook};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -58,7 +59,7 @@ enum Command {
         mode: Option<ServiceKind>,
         /// `human` or `json`.
         #[arg(long, value_enum, default_value = "human")]
-        output: Output,
+        output: report::Format,
     },
     /// Print every object the operator would create for the given Clair, Indexer, Matcher
     /// and Notifier resources, offline, with the ConfigMaps and Secrets they read: the
@@ -72,7 +73,7 @@ enum Command {
         files: Vec<PathBuf>,
         /// `yaml` (documents separated by `---`) or `json` (a `List`).
         #[arg(short = 'o', long, value_enum, default_value = "yaml")]
-        output: RenderOutput,
+        output: offline::Format,
         /// The namespace of documents that name none.
         #[arg(short = 'n', long, default_value = "default")]
         namespace: String,
@@ -81,7 +82,7 @@ enum Command {
         /// `scc` (OpenShift: pods leave their user to the platform), `scaledobject`
         /// (KEDA).
         #[arg(long, value_enum, value_delimiter = ',')]
-        serves: Vec<Served>,
+        serves: Vec<offline::Served>,
         /// As `run --allowed-images`: images outside these prefixes are refused.
         #[arg(long, value_delimiter = ',')]
         allowed_images: Vec<String>,
@@ -113,39 +114,35 @@ fn main() -> ExitCode {
         // Deep enough to reach the operator's own frames past the allocator and collections.
         .trim_backtraces(Some(24))
         .build();
-    let cli = Cli::parse();
-    let result = match cli.command {
+    let result = match Cli::parse().command {
         Command::Run(args) => run(*args),
-        Command::Crds { out, check } => crds(out, check),
-        Command::Diagrams { out, check } => diagrams(out, check),
-        Command::Olm { out, check } => olm(out, check),
+        Command::Crds { out, check } => generate::<crdgen::Crds>(out, check),
+        Command::Diagrams { out, check } => generate::<machine::diagram::Diagrams>(out, check),
+        Command::Olm { out, check } => generate::<olm::Bundle>(out, check),
         Command::CheckConfig {
             files,
             mode,
             output,
-        } => return check_config(&files, mode, output),
+        } => {
+            let modes = match mode {
+                Some(kind) => vec![kind],
+                None => strum::VariantArray::VARIANTS.to_vec(),
+            };
+            let checked = report::check_files(&files, &modes, output);
+            print!("{}", checked.text);
+            return if checked.valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
         Command::Render {
             files,
             output,
             namespace,
             serves,
             allowed_images,
-        } => {
-            let options = clair_operator::offline::Options {
-                namespace,
-                users: if serves.contains(&Served::Scc) {
-                    clair_operator::render::pod::PodUsers::AssignedByPlatform
-                } else {
-                    clair_operator::render::pod::PodUsers::Numeric
-                },
-                routes: serves.contains(&Served::Route),
-                http_routes: serves.contains(&Served::Httproute),
-                service_monitors: serves.contains(&Served::Servicemonitor),
-                scaled_objects: serves.contains(&Served::Scaledobject),
-                images: clair_operator::images::ImagePolicy::new(allowed_images),
-            };
-            render(&files, output, &options)
-        }
+        } => render(&files, output, &serves, namespace, allowed_images),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -248,55 +245,29 @@ struct RunArgs {
     otlp_endpoint: Option<String>,
 }
 
-/// Log lines on standard output in `format` (filtered by `RUST_LOG`, `info` by default),
-/// and, with `traces`, the reconciles' spans exported there.
-fn init_logs(
-    format: LogFormat,
-    traces: Option<&url::Url>,
-    runtime: &tokio::runtime::Handle,
-) -> Result<Option<clair_operator::telemetry::Exporting>, String> {
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let lines = tracing_subscriber::fmt::layer()
-        // Colour codes only for a terminal: in a pod they would litter `kubectl logs`.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    let lines = match format {
-        LogFormat::Text => lines.with_filter(filter).boxed(),
-        // One JSON object per line, the reconcile span's fields included.
-        LogFormat::Json => lines
-            .json()
-            .with_current_span(true)
-            .with_filter(filter)
-            .boxed(),
-    };
-    let (spans, exporting) = match traces {
-        Some(url) => {
-            let (layer, exporting) = clair_operator::telemetry::layer(url, runtime.clone())?;
-            (Some(layer), Some(exporting))
-        }
-        None => (None, None),
-    };
-    tracing_subscriber::registry()
-        .with(lines)
-        .with(spans)
-        .try_init()
-        .map_err(|e| format!("cannot set up logging: {e}"))?;
-    if let Some(url) = traces {
-        tracing::info!(%url, "exporting reconcile spans over OTLP");
-    }
-    Ok(exporting)
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 impl RunArgs {
+    /// The launcher's settings, each argument checked.
+    fn settings(&self) -> Result<launch::Settings, String> {
+        let webhook = self.webhook()?;
+        let election = (!self.no_leader_election).then(|| launch::Election {
+            namespace: self.leader_election_namespace.clone().unwrap_or_else(|| {
+                webhook_service_parts(&self.webhook_service())
+                    .map_or("clair-operator", |(ns, _)| ns)
+                    .to_string()
+            }),
+            identity: launch::identity(),
+            timing: clair_operator::leader::Timing::default(),
+        });
+        Ok(launch::Settings {
+            metrics_listen: self.metrics_listen,
+            webhook,
+            images: self.images(),
+            namespaces: self.namespaces()?,
+            available_recheck: std::time::Duration::from_secs(self.available_recheck_seconds),
+            election,
+        })
+    }
+
     fn images(&self) -> clair_operator::images::ImagePolicy {
         clair_operator::images::ImagePolicy::new(self.allowed_images.iter().cloned())
     }
@@ -425,181 +396,44 @@ fn service_kind_parser() -> impl clap::builder::TypedValueParser<Value = Service
         .try_map(|name| name.parse::<ServiceKind>())
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Output {
-    Human,
-    Json,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum RenderOutput {
-    Yaml,
-    Json,
-}
-
-#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
-enum Served {
-    Route,
-    Httproute,
-    Servicemonitor,
-    Scc,
-    /// KEDA's ScaledObject.
-    Scaledobject,
-}
-
+/// `render`: the documents of `files`, rendered as the controllers would, written to
+/// standard output; the webhook's warnings to standard error.
 fn render(
     files: &[PathBuf],
-    output: RenderOutput,
-    options: &clair_operator::offline::Options,
+    output: offline::Format,
+    serves: &[offline::Served],
+    namespace: String,
+    allowed_images: Vec<String>,
 ) -> Result<(), String> {
-    let mut documents = Vec::new();
-    for file in files {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).map_err(|e| format!("standard input: {e}"))?
-        } else {
-            std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?
-        };
-        let parsed = clair_operator::offline::documents(&text)
-            .map_err(|e| format!("{}: not YAML or JSON: {e}", file.display()))?;
-        documents.extend(parsed);
-    }
-    let rendered =
-        clair_operator::offline::render(documents, options).map_err(|e| e.to_string())?;
+    let options = offline::Options::serving(
+        serves,
+        namespace,
+        clair_operator::images::ImagePolicy::new(allowed_images),
+    );
+    let documents = offline::read_files(files)?;
+    let rendered = offline::render(documents, &options).map_err(|e| e.to_string())?;
     for warning in &rendered.warnings {
         eprintln!("warning: {warning}");
     }
-    let text = match output {
-        RenderOutput::Yaml => clair_operator::offline::to_yaml(&rendered.objects)?,
-        RenderOutput::Json => {
-            let list =
-                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": rendered.objects});
-            serde_json::to_string_pretty(&list).map_err(|e| e.to_string())? + "\n"
-        }
-    };
-    print!("{text}");
+    print!("{}", offline::write(&rendered.objects, output)?);
     Ok(())
 }
 
-fn check_config(files: &[PathBuf], mode: Option<ServiceKind>, output: Output) -> ExitCode {
-    let modes: Vec<ServiceKind> = match mode {
-        Some(kind) => vec![kind],
-        None => strum::VariantArray::VARIANTS.to_vec(),
-    };
-    let mut valid = true;
-    let mut report = Vec::new();
-    for file in files {
-        let (root, dropins) = match clairconfig::files::read(file) {
-            Ok(documents) => documents,
-            Err(e) => {
-                valid = false;
-                report.push(serde_json::json!({
-                    "file": file.display().to_string(),
-                    "valid": false,
-                    "errors": [{"path": "", "message": format!("cannot read: {e}")}],
-                }));
-                if output == Output::Human {
-                    println!("{}: cannot read: {e}", file.display());
-                }
-                continue;
-            }
-        };
-        for mode in &modes {
-            let checked = clairconfig::check(&root, &dropins, *mode);
-            let errors: Vec<_> = checked.problems.iter().filter(|p| !p.warning).collect();
-            let warnings: Vec<_> = checked.problems.iter().filter(|p| p.warning).collect();
-            valid &= errors.is_empty();
-            match output {
-                Output::Human => {
-                    let verdict = if errors.is_empty() {
-                        "valid"
-                    } else {
-                        "INVALID"
-                    };
-                    println!("{} ({} mode): {verdict}", file.display(), mode.as_str());
-                    for e in &errors {
-                        println!("  error: {e}");
-                    }
-                    for w in &warnings {
-                        println!("  warning: {w}");
-                    }
-                }
-                Output::Json => {
-                    let list = |ps: &[&clairconfig::Problem]| {
-                        ps.iter()
-                            .map(|p| serde_json::json!({"path": p.path, "message": p.message}))
-                            .collect::<Vec<_>>()
-                    };
-                    report.push(serde_json::json!({
-                        "file": file.display().to_string(),
-                        "mode": mode.as_str(),
-                        "valid": errors.is_empty(),
-                        "errors": list(&errors),
-                        "warnings": list(&warnings),
-                    }));
-                }
-            }
-        }
-    }
-    if output == Output::Json {
-        println!("{}", serde_json::Value::Array(report));
-    }
-    if valid {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-fn crds(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
-    if let Some(dir) = check {
-        return crdgen::check(&dir).map_err(|e| e.to_string());
-    }
-    if let Some(dir) = out {
-        return crdgen::write(&dir).map_err(|e| e.to_string());
-    }
-    let files = crdgen::files().map_err(|e| e.to_string())?;
-    let docs: Vec<String> = files
-        .into_iter()
-        .filter(|f| f.name != "kustomization.yaml")
-        .map(|f| f.text)
-        .collect();
-    print!("{}", docs.join("---\n"));
-    Ok(())
-}
-
-fn olm(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
-    use clair_operator::olm;
-    if let Some(dir) = check {
-        return olm::check(&dir).map_err(|e| e.to_string());
-    }
-    if let Some(dir) = out {
-        return olm::write(&dir).map_err(|e| e.to_string());
-    }
-    let files = olm::files().map_err(|e| e.to_string())?;
-    print!("{}", files[0].text);
-    Ok(())
-}
-
-fn diagrams(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String> {
-    if let Some(dir) = check {
-        return diagram::check(&dir).map_err(|e| e.to_string());
-    }
-    if let Some(dir) = out {
-        return diagram::write(&dir).map_err(|e| e.to_string());
-    }
-    for file in diagram::files()
-        .into_iter()
-        .filter(|f| f.name.ends_with(".mmd"))
-    {
-        println!("%% {}\n{}", file.name, file.text);
+/// A generator command: print `G`'s files, write them into `--out`, or compare `--check`.
+fn generate<G: Generator>(out: Option<PathBuf>, check: Option<PathBuf>) -> Result<(), String>
+where
+    G::Error: std::fmt::Display,
+{
+    let target = generated::Target::of(out, check);
+    if let Some(text) = generated::run::<G>(&target).map_err(|e| e.to_string())? {
+        print!("{text}");
     }
     Ok(())
 }
 
+/// `run`: the settings from the arguments, then the operator until SIGTERM or Ctrl-C.
 fn run(args: RunArgs) -> Result<(), String> {
-    let webhook_settings = args.webhook()?;
-    let images = args.images();
-    let namespaces = args.namespaces()?;
+    let settings = args.settings()?;
     let traces = args
         .otlp_endpoint
         .as_deref()
@@ -608,7 +442,8 @@ fn run(args: RunArgs) -> Result<(), String> {
     clair_operator::allocator::configure();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     // Kept until `run` returns: dropping it sends the spans still buffered.
-    let _exporting = init_logs(args.log_format, traces.as_ref(), runtime.handle())?;
+    let _exporting =
+        clair_operator::telemetry::init_logs(args.log_format, traces.as_ref(), runtime.handle())?;
     runtime.block_on(async {
         tokio::spawn(clair_operator::allocator::trim_periodically());
         let telemetry = clair_operator::metrics::Telemetry::new();
@@ -619,141 +454,10 @@ fn run(args: RunArgs) -> Result<(), String> {
             clair_operator::metrics::client::counted_client(config, telemetry.metrics.clone())
                 .map_err(|e| format!("cannot reach the cluster: {e}"))?;
         tracing::info!("clair-operator starting");
-        let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
+        launch::run(client, telemetry, settings, launch::shutdown_signal())
             .await
-            .map_err(|e| format!("cannot listen on {} for metrics: {e}", args.metrics_listen))?;
-        if let Ok(address) = metrics_listener.local_addr() {
-            tracing::info!(listen = %address, "serving metrics and health");
-        }
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        // The key the templating webhook seals what it admits with, shared by the replicas.
-        let seal = match &webhook_settings {
-            Some(settings) => Some(
-                clair_operator::templating::seal::Seal::load_or_create(
-                    &client,
-                    &settings.namespace,
-                    &format!("{}-template-seal", settings.name),
-                )
-                .await
-                .map_err(|e| format!("cannot read or create the template sealing key: {e}"))?,
-            ),
-            None => None,
-        };
-        let metrics_server = tokio::spawn(clair_operator::metrics::server::serve(
-            metrics_listener,
-            telemetry.metrics.clone(),
-            telemetry.health.clone(),
-            until_stopped(stopped.clone()),
-        ));
-        let webhook = webhook_settings.zip(seal.clone()).map(|(settings, seal)| {
-            let until = until_stopped(stopped.clone());
-            tokio::spawn(webhook::register::run(
-                client.clone(),
-                settings,
-                seal,
-                telemetry.clone(),
-                until,
-            ))
-        });
-        let leading = telemetry.metrics.leader.clone();
-        let controllers = controller::Controllers {
-            images,
-            template_seal: seal,
-            namespaces,
-            telemetry,
-            available_recheck: std::time::Duration::from_secs(args.available_recheck_seconds),
-        };
-        let election = (!args.no_leader_election).then(|| {
-            let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| {
-                webhook_service_parts(&args.webhook_service())
-                    .map_or("clair-operator", |(ns, _)| ns)
-                    .to_string()
-            });
-            clair_operator::leader::Election::new(
-                client.clone(),
-                &namespace,
-                "clair-operator",
-                &identity(),
-                clair_operator::leader::Timing::default(),
-            )
-        });
-        let health = controllers.telemetry.health.clone();
-        let controllers = async {
-            let Some(election) = &election else {
-                leading.set(1);
-                return controller::run(client, controllers, until_stopped(stopped)).await;
-            };
-            loop {
-                tokio::select! {
-                    _ = election.acquire() => {}
-                    _ = until_stopped(stopped.clone()) => return,
-                }
-                leading.set(1);
-                let run = controller::run(client.clone(), controllers.clone(), until_stopped(stopped.clone()));
-                tokio::select! {
-                    _ = run => {
-                        election.release().await;
-                        return;
-                    }
-                    _ = election.hold() => {
-                        // Another replica may lead from now on: the controllers stop (their
-                        // future is dropped), nothing more is written, and this replica
-                        // stands by like any other (an unreachable apiserver must not make
-                        // every replica exit).
-                        leading.set(0);
-                        health.forget(controller::HEALTH_GROUP);
-                        tracing::warn!(identity = election.identity(), "lost the lease: the controllers stopped; standing by");
-                    }
-                }
-            }
-        };
-        tokio::pin!(controllers);
-        tokio::select! {
-            _ = &mut controllers => {}
-            _ = shutdown_signal() => {
-                tracing::info!("shutting down");
-                let _ = stop.send(true);
-                controllers.await;
-            }
-        }
-        let _ = metrics_server.await;
-        if let Some(webhook) = webhook {
-            match webhook.await {
-                Ok(Err(e)) => return Err(format!("admission webhook: {e}")),
-                Err(e) => return Err(format!("admission webhook task: {e}")),
-                Ok(Ok(())) => {}
-            }
-        }
-        Ok(())
+            .map_err(|e| e.to_string())
     })
-}
-
-/// This replica's name in the Lease: the pod's name, else the host's and the process id.
-fn identity() -> String {
-    std::env::var("POD_NAME").unwrap_or_else(|_| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        format!("{}-{}", host.trim(), std::process::id())
-    })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        if let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            tokio::select! {
-                _ = ctrl_c => {},
-                _ = term.recv() => {},
-            }
-            return;
-        }
-    }
-    let _ = ctrl_c.await;
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::DynamicObject;
@@ -25,8 +26,10 @@ use serde_json::Value;
 
 use crate::api::clair::UpdaterMode;
 use crate::api::{Clair, Indexer, Matcher, Notifier, ServiceKind};
+use crate::controller::capabilities::OptionalApi;
 use crate::controller::clair::database;
 use crate::controller::clair::observe::{self as clair_observe, Observed, ObservedChild};
+use crate::controller::observer::Observer;
 use crate::controller::service::ServiceResource;
 use crate::controller::service::observe as service_observe;
 use crate::controller::{clair, service};
@@ -111,6 +114,61 @@ impl ObjectSource for Files {
             .secrets
             .get(&(namespace.to_string(), name.to_string()))
             .cloned())
+    }
+}
+
+/// The cluster `render` imagines: the files' ConfigMaps and Secrets, nothing owned yet (a
+/// first reconcile), the optional APIs and images the options name.
+struct Offline<'a> {
+    files: &'a Files,
+    options: &'a Options,
+}
+
+impl ObjectSource for Offline<'_> {
+    fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send {
+        self.files.config_map(namespace, name)
+    }
+    fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Secret>, kube::Error>> + Send {
+        self.files.secret(namespace, name)
+    }
+}
+
+impl Observer for Offline<'_> {
+    async fn owned<K>(&self, _namespace: &str, _name: &str) -> Result<Option<K>, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + 'static,
+    {
+        Ok(None)
+    }
+
+    async fn serves(&self, api: OptionalApi) -> bool {
+        let options = self.options;
+        match api {
+            OptionalApi::ServiceMonitor => options.service_monitors,
+            OptionalApi::Route => options.routes,
+            OptionalApi::HttpRoute => options.http_routes,
+            OptionalApi::SecurityContextConstraints => {
+                options.users == PodUsers::AssignedByPlatform
+            }
+            OptionalApi::ScaledObject => options.scaled_objects,
+        }
+    }
+
+    fn images(&self) -> &ImagePolicy {
+        &self.options.images
     }
 }
 
@@ -338,8 +396,9 @@ fn failing(conditions: &[Condition]) -> Vec<String> {
 }
 
 /// Secrets with `stringData` where their values are text: the same object once applied,
-/// and a rendered config a reviewer can read and diff.
-fn readable_secret(object: &mut Value) {
+/// and a rendered config a reviewer can read and diff. (Public for the test that compares
+/// rendered objects with the cluster's.)
+pub fn readable_secret(object: &mut Value) {
     use base64::Engine;
     if object["kind"] != "Secret" {
         return;
@@ -359,6 +418,76 @@ fn readable_secret(object: &mut Value) {
     if let (Some(decoded), Some(map)) = (decoded, object.as_object_mut()) {
         map.remove("data");
         map.insert("stringData".to_string(), Value::Object(decoded));
+    }
+}
+
+/// What a target cluster may serve beyond Kubernetes itself (`render --serves`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Served {
+    /// OpenShift Routes.
+    Route,
+    /// Gateway API HTTPRoutes.
+    Httproute,
+    /// Prometheus Operator ServiceMonitors.
+    Servicemonitor,
+    /// OpenShift's security context constraints: pods leave their user to the platform.
+    Scc,
+    /// KEDA's ScaledObject.
+    Scaledobject,
+}
+
+impl Options {
+    /// The options of a cluster serving `served`, rendering into `namespace` with `images`.
+    pub fn serving(served: &[Served], namespace: String, images: ImagePolicy) -> Self {
+        Self {
+            namespace,
+            users: if served.contains(&Served::Scc) {
+                PodUsers::AssignedByPlatform
+            } else {
+                PodUsers::Numeric
+            },
+            routes: served.contains(&Served::Route),
+            http_routes: served.contains(&Served::Httproute),
+            service_monitors: served.contains(&Served::Servicemonitor),
+            scaled_objects: served.contains(&Served::Scaledobject),
+            images,
+        }
+    }
+}
+
+/// How the rendered objects are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// YAML documents separated by `---`.
+    Yaml,
+    /// One JSON `List`.
+    Json,
+}
+
+/// The documents of every file, in order (`-`: standard input).
+pub fn read_files(files: &[std::path::PathBuf]) -> Result<Vec<Value>, String> {
+    let mut all = Vec::new();
+    for file in files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).map_err(|e| format!("standard input: {e}"))?
+        } else {
+            std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?
+        };
+        let parsed =
+            documents(&text).map_err(|e| format!("{}: not YAML or JSON: {e}", file.display()))?;
+        all.extend(parsed);
+    }
+    Ok(all)
+}
+
+/// The objects written as `format` says.
+pub fn write(objects: &[Value], format: Format) -> Result<String, String> {
+    match format {
+        Format::Yaml => to_yaml(objects),
+        Format::Json => {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+            Ok(serde_json::to_string_pretty(&list).map_err(|e| e.to_string())? + "\n")
+        }
     }
 }
 
@@ -449,10 +578,8 @@ fn clair_objects(
         users: options.users,
     };
     let observed = observe_clair(files, options, &input).map_err(fail)?;
-    let snapshot = observed.snapshot(&input, 1);
-    let decision = crate::machine::clair::decide(None, &[], &snapshot, &now());
-    rolled_out(object.clone(), &decision)?;
-    let actions = crate::machine::clair::actions(&decision, &snapshot, &observed.upgrade);
+    let plan = clair::plan::plan(&input, &observed, 1, None, &now());
+    rolled_out(object.clone(), &plan.decision)?;
     let ClairObjects {
         secrets,
         config_maps,
@@ -467,7 +594,7 @@ fn clair_objects(
         ingresses,
         routes,
         http_routes,
-    } = clair::desired::objects(&input, &observed, &actions);
+    } = plan.objects;
     let mut out = Vec::new();
     let written = (|| {
         values(&secrets, &mut out)?;
@@ -542,7 +669,7 @@ fn observe_clair(
         ServiceKind::Notifier,
     ]
     .map(|kind| absent_child(input, kind));
-    let desired_version = render::image_version(&input.image());
+    let desired_version = crate::images::version(&input.image());
     let served = routing::Served {
         routes: options.routes,
         http_routes: options.http_routes,
@@ -605,30 +732,16 @@ fn service_objects<K: ServiceResource>(
         message,
     };
     let spec = object.service_spec();
-    let (config, snapshot) = match options.images.refusal(&images::service_images(spec)) {
-        Some(refusal) => (
-            crate::machine::observation::ConfigObservation::Invalid { message: refusal },
-            None,
-        ),
-        None => block_on(service_observe::config(files, &namespace, spec, K::KIND))
-            .map_err(|e| fail(e.to_string()))?,
-    };
-    let (config, snapshot) = match service_observe::keda_refusal(spec, options.scaled_objects) {
-        Some(message) => (
-            crate::machine::observation::ConfigObservation::Invalid { message },
-            None,
-        ),
-        None => (config, snapshot),
-    };
-    let observed = service_observe::Observed {
-        config,
-        snapshot,
-        deployment: None,
-        service_monitors: options.service_monitors,
-        scaled_objects: options.scaled_objects,
-        autoscaler: None,
-        engine_switching: false,
-    };
+    let offline = Offline { files, options };
+    let observed = block_on(service_observe::observe(
+        &offline,
+        K::KIND,
+        &namespace,
+        &name,
+        spec,
+    ))
+    .map_err(|e| fail(e.to_string()))?
+    .ok_or_else(|| fail("no Deployment exists offline, yet its status was stale".to_string()))?;
     let input = ServiceInput {
         kind: K::KIND,
         name: &name,
@@ -637,15 +750,11 @@ fn service_objects<K: ServiceResource>(
             .controller_owner_ref(&())
             .ok_or_else(|| fail("no owner reference".to_string()))?,
         spec,
-        current_replicas: None,
+        current_replicas: observed.current_replicas(),
         users: options.users,
     };
-    let rolled = (observed.snapshot.as_ref())
-        .map(|s| crate::render::service::deployment(&input, &s.secret_name(&name), &s.hash));
-    let snapshot = observed.snapshot(K::KIND, 1, spec, None, rolled.as_ref());
-    let decision = crate::machine::service::decide(None, &[], &snapshot, &now());
-    rolled_out(described.clone(), &decision)?;
-    let config_hash = service::desired::config_hash(&decision, &observed, None);
+    let plan = service::plan::plan(&input, &observed, 1, None, &now());
+    rolled_out(described.clone(), &plan.decision)?;
     let ServiceObjects {
         secrets,
         deployments,
@@ -654,7 +763,7 @@ fn service_objects<K: ServiceResource>(
         autoscalers,
         service_monitors,
         scaled_objects,
-    } = service::desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
+    } = plan.objects;
     let mut out = Vec::new();
     let written = (|| {
         values(&secrets, &mut out)?;

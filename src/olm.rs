@@ -183,7 +183,7 @@ fn companions() -> Result<Vec<(String, Value)>, Error> {
 
 /// The webhooks the operator registers itself elsewhere, as OLM `webhookdefinitions`.
 fn webhook_definitions() -> Result<Value, Error> {
-    use crate::webhook::register::{self, Registration, Target};
+    use crate::webhook::configurations::{self, Registration, Target};
     let settings = Registration {
         name: crate::webhook::CONFIGURATION_NAME.to_string(),
         // OLM writes the Service reference and scopes the webhooks to the OperatorGroup's
@@ -195,8 +195,10 @@ fn webhook_definitions() -> Result<Value, Error> {
         },
         namespaces: Vec::new(),
     };
-    let validating = serde_json::to_value(register::validating(&settings, "")).unwrap_or_default();
-    let mutating = serde_json::to_value(register::mutating(&settings, "")).unwrap_or_default();
+    let validating =
+        serde_json::to_value(configurations::validating(&settings, "")).unwrap_or_default();
+    let mutating =
+        serde_json::to_value(configurations::mutating(&settings, "")).unwrap_or_default();
     let mut definitions = Vec::new();
     for (kind, configuration) in [
         ("ValidatingAdmissionWebhook", validating),
@@ -560,28 +562,32 @@ pub fn files() -> Result<Vec<GeneratedFile>, Error> {
     Ok(files)
 }
 
-/// Writes the bundle into `dir`.
-pub fn write(dir: &std::path::Path) -> Result<(), Error> {
-    Ok(generated::write(dir, &files()?)?)
-}
+/// The generator of the OLM bundle in `deploy/olm/`.
+pub struct Bundle;
 
-/// Fails, naming each file, when `dir` does not hold exactly what the code generates.
-pub fn check(dir: &std::path::Path) -> Result<(), Error> {
-    Ok(generated::check(
-        dir,
-        &files()?,
-        "cargo run -- olm --out deploy/olm",
-    )?)
+impl generated::Generator for Bundle {
+    type Error = Error;
+    const FIX: &'static str = "cargo run -- olm --out deploy/olm";
+
+    fn files() -> Result<Vec<GeneratedFile>, Error> {
+        files()
+    }
+
+    /// The ClusterServiceVersion alone.
+    fn print(files: Vec<GeneratedFile>) -> String {
+        files.into_iter().next().map(|f| f.text).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generated::Generator;
 
     #[test]
     fn the_committed_bundle_matches_the_code() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/olm");
-        if let Err(e) = check(&dir) {
+        if let Err(e) = Bundle::check(&dir) {
             panic!("{e}");
         }
     }

@@ -27,29 +27,67 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `http://collector:4318/v1/traces`, a path kept as a prefix), as the OpenTelemetry
 /// specification reads `OTEL_EXPORTER_OTLP_ENDPOINT`.
 pub fn traces_url(base: &str) -> Result<url::Url, String> {
-    let flag = "--otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT)";
-    let mut url = url::Url::parse(base).map_err(|e| {
-        format!(
-            "{flag}: {base:?} is not a URL ({e}), for example http://collector.observability:4318"
-        )
-    })?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "{flag}: use http:// or https://, not {}:",
-            url.scheme()
-        ));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{flag}: names no host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
-        return Err(format!(
-            "{flag}: a query, fragment or user is not sent; headers go in OTEL_EXPORTER_OTLP_HEADERS"
-        ));
-    }
+    let mut url = crate::render::traces::otlp_base(
+        base,
+        "--otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT)",
+        "http://collector.observability:4318",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    )?;
     let path = format!("{}/v1/traces", url.path().trim_end_matches('/'));
     url.set_path(&path);
     Ok(url)
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// For people.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+/// Log lines on standard output in `format` (filtered by `RUST_LOG`, `info` by default),
+/// and, with `traces` (from [`traces_url`]), the reconciles' spans exported there, their HTTP
+/// requests run on `runtime`. Keep what it returns until the end: dropping it sends the
+/// spans still buffered.
+pub fn init_logs(
+    format: LogFormat,
+    traces: Option<&url::Url>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Option<Exporting>, String> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let lines = tracing_subscriber::fmt::layer()
+        // Colour codes only for a terminal: in a pod they would litter `kubectl logs`.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    let lines = match format {
+        LogFormat::Text => lines.with_filter(filter).boxed(),
+        // One JSON object per line, the reconcile span's fields included.
+        LogFormat::Json => lines
+            .json()
+            .with_current_span(true)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let (spans, exporting) = match traces {
+        Some(url) => {
+            let (layer, exporting) = layer(url, runtime.clone())?;
+            (Some(layer), Some(exporting))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(spans)
+        .try_init()
+        .map_err(|e| format!("cannot set up logging: {e}"))?;
+    if let Some(url) = traces {
+        tracing::info!(%url, "exporting reconcile spans over OTLP");
+    }
+    Ok(exporting)
 }
 
 /// Exporting spans until dropped: then what is buffered is sent.

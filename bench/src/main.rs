@@ -34,7 +34,6 @@ use clair_operator::controller::service::observe::running_hash;
 use cluster::{Cluster, NAMESPACE};
 use measure::{ProcessFigures, Requests};
 
-const METRICS: &str = "127.0.0.1:8080";
 const IDLE: Duration = Duration::from_secs(60);
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -188,9 +187,18 @@ fn operator_run(
     let cluster = Cluster::start(runtime, nodes_for(n))?;
     let mut process = cluster
         .plane
-        .start_operator(binary)
+        .start_operator(
+            binary,
+            &clair_testenv::Launch {
+                name: "operator".to_string(),
+                loopback_webhook: true,
+                ..Default::default()
+            },
+        )
         .with_context(|| format!("starting {}", binary.display()))?;
     let pid = process.id();
+    let metrics_address = process.metrics_address().to_string();
+    let metrics_address = metrics_address.as_str();
     let audit = cluster.plane.audit_log();
     let client = cluster.client.clone();
     let measured = runtime.block_on(async {
@@ -199,7 +207,7 @@ fn operator_run(
             "the operator ready",
             1,
             Duration::from_secs(120),
-            || async { Ok(usize::from(measure::ready(METRICS))) },
+            || async { Ok(usize::from(measure::ready(metrics_address))) },
         )
         .await?;
         let before = measure::process(pid)?;
@@ -237,7 +245,7 @@ fn operator_run(
                 roll: Requests::default(),
             });
         }
-        let metrics = measure::scrape(METRICS)?;
+        let metrics = measure::scrape(metrics_address)?;
         let histogram = "clair_operator_reconcile_duration_seconds";
         let p50 = measure::quantile(&metrics, histogram, 0.5);
         let p99 = measure::quantile(&metrics, histogram, 0.99);

@@ -4,6 +4,7 @@
 
 pub mod files;
 pub mod limits;
+pub mod report;
 mod validate;
 
 use serde_json::Value;

@@ -14,6 +14,7 @@ pub mod contest;
 pub mod decoded;
 pub mod error;
 pub mod events;
+pub mod observer;
 pub mod service;
 pub mod templates;
 pub mod watch;

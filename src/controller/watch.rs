@@ -67,6 +67,20 @@ where
     scope.api::<PartialObjectMeta<K>>(client)
 }
 
+/// As [`metadata`], for the kind of an owned field (`ClairObjects`, `ServiceObjects`): the
+/// controllers' watch lists are written over their families' fields, destructured in full,
+/// so a new owned kind does not compile until its watch (or why it has none) is written.
+pub fn of<K>(
+    _field: &crate::render::owned::Owned<K>,
+    client: &Client,
+    scope: &Scope,
+) -> Api<PartialObjectMeta<K>>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    metadata::<K>(client, scope)
+}
+
 /// Those of the watched objects this operator manages: a trigger for their owners.
 pub fn managed() -> watcher::Config {
     watcher::Config::default().labels(&labels::managed_selector())

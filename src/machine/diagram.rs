@@ -2,7 +2,6 @@
 //! by `clair-operator diagrams` and compared with the committed files by a test.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use super::clair::ClairClass;
 use super::service::ServiceClass;
@@ -63,24 +62,38 @@ pub fn files() -> Vec<GeneratedFile> {
     .collect()
 }
 
-/// Writes every file into `dir`.
-pub fn write(dir: &Path) -> Result<(), generated::Error> {
-    generated::write(dir, &files())
-}
+/// The generator of `state-diagrams/`.
+pub struct Diagrams;
 
-/// Fails, naming each file, when `dir` does not hold exactly what the code draws.
-pub fn check(dir: &Path) -> Result<(), generated::Error> {
-    generated::check(dir, &files(), "cargo run -- diagrams --out state-diagrams")
+impl generated::Generator for Diagrams {
+    type Error = generated::Error;
+    const FIX: &'static str = "cargo run -- diagrams --out state-diagrams";
+
+    fn files() -> Result<Vec<GeneratedFile>, generated::Error> {
+        Ok(files())
+    }
+
+    /// The Mermaid diagrams, each under a comment naming its file.
+    fn print(files: Vec<GeneratedFile>) -> String {
+        files
+            .into_iter()
+            .filter(|f| f.name.ends_with(".mmd"))
+            .map(|f| format!("%% {}\n{}\n", f.name, f.text))
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::generated::Generator;
 
     #[test]
     fn committed_diagrams_match_the_code() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("state-diagrams");
-        if let Err(e) = check(&dir) {
+        if let Err(e) = Diagrams::check(&dir) {
             panic!("{e}");
         }
     }

@@ -312,20 +312,6 @@ pub fn child<K: ClairService + Resource>(
     object
 }
 
-/// The Clair version of an image, from its tag: `quay.io/projectquay/clair:4.9.0` → `v4.9.0`.
-/// `None` for a digest or no tag (no upgrade steps can be derived).
-pub fn image_version(image: &str) -> Option<String> {
-    let without_digest = image.split('@').next()?;
-    let last = without_digest.rsplit('/').next()?;
-    let (_, tag) = last.split_once(':')?;
-    let version = tag.strip_prefix('v').unwrap_or(tag);
-    version
-        .split('.')
-        .next()
-        .is_some_and(|major| major.parse::<u32>().is_ok())
-        .then(|| format!("v{version}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,21 +343,6 @@ mod tests {
             matcher: "host=db user=matcher".into(),
             notifier: Some("host=db user=notifier".into()),
         }
-    }
-
-    #[test]
-    fn versions_from_tags() {
-        assert_eq!(
-            image_version("quay.io/projectquay/clair:4.9.0").as_deref(),
-            Some("v4.9.0")
-        );
-        assert_eq!(
-            image_version("registry:5000/clair:v4.8.1").as_deref(),
-            Some("v4.8.1")
-        );
-        assert_eq!(image_version("registry:5000/clair"), None);
-        assert_eq!(image_version("clair:latest"), None);
-        assert_eq!(image_version("clair@sha256:abc"), None);
     }
 
     #[test]

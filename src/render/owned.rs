@@ -4,9 +4,10 @@
 //! value does not name.
 //!
 //! The family structs ([`ClairObjects`], [`ServiceObjects`]) are destructured without `..`
-//! by the applier, so a new owned kind does not compile until the applier handles it, and
-//! by their `kinds()`, the list the OLM bundle is made from and the RBAC roles are checked
-//! against (the controllers' watches are still listed by hand).
+//! by the applier, so a new owned kind does not compile until the applier handles it; by
+//! their `kinds()`, the list the OLM bundle is made from and the RBAC roles are checked
+//! against; and by each controller's watch list, which names every field (watched, or why
+//! not).
 
 use std::collections::BTreeMap;
 

@@ -36,6 +36,40 @@ pub struct Exporter {
     pub probability: f64,
 }
 
+/// A collector's base URL as OTLP reads one (`OTEL_EXPORTER_OTLP_ENDPOINT`, and
+/// `spec.tracing.endpoint`): `http://` or `https://`, a host, and no user, query or fragment,
+/// which would never be sent. `field` names the setting in errors, `example` a good value,
+/// `headers` where credentials go instead.
+pub fn otlp_base(
+    text: &str,
+    field: &str,
+    example: &str,
+    headers: &str,
+) -> Result<url::Url, String> {
+    let url = url::Url::parse(text)
+        .map_err(|e| format!("{field}: {text:?} is not a URL ({e}), for example {example}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{field}: scheme {}: is not served; use http:// (no TLS) or https://, for example {example}",
+            url.scheme()
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "{field}: holds a user or password; put credentials in {headers}"
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "{field}: a query or fragment is not sent; remove it (headers go in {headers})"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{field}: names no host, for example {example}"));
+    }
+    Ok(url)
+}
+
 /// Checks what the spec alone decides (the webhook and both controllers ask this): the
 /// endpoint and the ratio. Each error names the field and the fix.
 pub fn exporter(spec: &TracingSpec) -> Result<Exporter, String> {
@@ -45,35 +79,9 @@ pub fn exporter(spec: &TracingSpec) -> Result<Exporter, String> {
         OtlpProtocol::Http => "http://collector.observability:4318",
         OtlpProtocol::Grpc => "http://collector.observability:4317",
     };
-    let url = url::Url::parse(&spec.endpoint).map_err(|e| {
-        format!(
-            "{field}: {:?} is not a URL ({e}), for example {example}",
-            spec.endpoint
-        )
-    })?;
-    let insecure = match url.scheme() {
-        "http" => true,
-        "https" => false,
-        other => {
-            return Err(format!(
-                "{field}: scheme {other}: is not served; use http:// (no TLS) or https://, for example {example}"
-            ));
-        }
-    };
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!(
-            "{field}: holds a user or password; put credentials in spec.tracing.headersSecret"
-        ));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!(
-            "{field}: a query or fragment is not sent; remove it"
-        ));
-    }
-    let host = url
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| format!("{field}: names no host, for example {example}"))?;
+    let url = otlp_base(&spec.endpoint, field, example, "spec.tracing.headersSecret")?;
+    let insecure = url.scheme() == "http";
+    let host = url.host_str().unwrap_or_default();
     let Some(port) = url
         .port_or_known_default()
         .filter(|_| names_a_port(&spec.endpoint))

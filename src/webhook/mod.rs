@@ -4,6 +4,7 @@
 
 pub mod callers;
 pub mod certs;
+pub mod configurations;
 pub mod limits;
 pub mod register;
 pub mod replicas;

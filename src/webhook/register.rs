@@ -1,8 +1,9 @@
 //! Keeping the webhooks reachable: their certificate (mounted by an installer, or the
 //! operator's own in a Secret: issued, renewed, reissued if the Secret is deleted, its CA
-//! rotated only once every replica serves the new one: `replicas`), the validating and
-//! mutating webhook configurations with the current `caBundle` (their builders are also
-//! the OLM bundle's), and the server's certificate reloaded whenever it changes.
+//! rotated only once every replica serves the new one: `replicas`, by the rules of
+//! `rotation`), the validating and mutating webhook configurations (built by
+//! `configurations`) published with the current `caBundle`, and the server's certificate
+//! reloaded whenever it changes.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,42 +12,24 @@ use std::time::Duration;
 use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use super::certs::{self, Bundle, Renewal};
+pub use super::configurations::{Registration, Target, mutating, validating};
 use super::replicas;
 use super::rotation::{Action, Answered, LONG_OVERLAP, Rotation};
-use super::{
-    TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, server,
-};
-use crate::api::keys::TEMPLATE_CONFIG;
+use super::server;
 use crate::api::labels::FIELD_MANAGER;
 
 /// Name of the Secret holding the webhook's CA and serving certificate.
 pub const SECRET_NAME: &str = "clair-operator-webhook-tls";
-
-/// How the apiserver reaches the webhook.
-#[derive(Clone, Debug)]
-pub enum Target {
-    /// A Service in the cluster (the normal deployment).
-    Service {
-        namespace: String,
-        name: String,
-        port: i32,
-    },
-    /// A URL (an operator running outside the cluster, or in tests on loopback).
-    Url(String),
-}
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -75,16 +58,6 @@ pub struct Settings {
     pub namespaces: Vec<String>,
     /// Who the server answers: the apiserver alone (by client certificate), or anyone.
     pub callers: super::callers::Callers,
-}
-
-/// What the webhook configurations are made of: their name, how the apiserver reaches the
-/// server, and the namespaces they cover (every one when empty). Their builders are also
-/// the OLM bundle's.
-#[derive(Clone, Debug)]
-pub struct Registration {
-    pub name: String,
-    pub target: Target,
-    pub namespaces: Vec<String>,
 }
 
 impl Settings {
@@ -262,137 +235,6 @@ pub async fn ensure_certificate(client: &Client, settings: &Settings) -> Result<
             Err(kube::Error::Api(status)) if status.code == 409 && attempts < 3 => continue,
             Err(e) => return Err(e.into()),
         }
-    }
-}
-
-fn client_config(settings: &Registration, ca_bundle: &str, path: &str) -> WebhookClientConfig {
-    let ca_bundle = Some(ByteString(ca_bundle.as_bytes().to_vec()));
-    match &settings.target {
-        Target::Url(base) => WebhookClientConfig {
-            url: Some(format!("{base}{path}")),
-            ca_bundle,
-            ..Default::default()
-        },
-        Target::Service {
-            namespace,
-            name,
-            port,
-        } => WebhookClientConfig {
-            service: Some(ServiceReference {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                path: Some(path.to_string()),
-                port: Some(*port),
-            }),
-            ca_bundle,
-            ..Default::default()
-        },
-    }
-}
-
-/// ConfigMaps and Secrets carrying `label: "true"`, on create and update. Selecting by label
-/// means the operator being down never blocks anyone else's writes.
-fn selected(label: &str) -> (Option<LabelSelector>, Option<Vec<RuleWithOperations>>) {
-    (
-        Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([(label.to_string(), "true".to_string())])),
-            ..Default::default()
-        }),
-        Some(vec![RuleWithOperations {
-            api_groups: Some(vec![String::new()]),
-            api_versions: Some(vec!["v1".to_string()]),
-            operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
-            resources: Some(vec!["configmaps".to_string(), "secrets".to_string()]),
-            scope: Some("Namespaced".to_string()),
-        }]),
-    )
-}
-
-/// The namespaces the webhooks are called for: those in scope (by the name label every
-/// namespace carries), or all.
-fn in_scope(settings: &Registration) -> Option<LabelSelector> {
-    if settings.namespaces.is_empty() {
-        return None;
-    }
-    Some(LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: "kubernetes.io/metadata.name".to_string(),
-            operator: "In".to_string(),
-            values: Some(settings.namespaces.clone()),
-        }]),
-        ..Default::default()
-    })
-}
-
-/// The ValidatingWebhookConfiguration: config validation for labelled objects.
-pub fn validating(settings: &Registration, ca_bundle: &str) -> ValidatingWebhookConfiguration {
-    let (object_selector, rules) = selected(VALIDATE_CONFIG);
-    ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(settings.name.clone()),
-            ..Default::default()
-        },
-        webhooks: Some(vec![
-            ValidatingWebhook {
-                name: "config.clair.projectquay.io".to_string(),
-                admission_review_versions: vec!["v1".to_string()],
-                side_effects: "None".to_string(),
-                failure_policy: Some("Fail".to_string()),
-                timeout_seconds: Some(5),
-                client_config: client_config(settings, ca_bundle, VALIDATE_CONFIG_PATH),
-                namespace_selector: in_scope(settings),
-                object_selector,
-                rules,
-                ..Default::default()
-            },
-            ValidatingWebhook {
-                // Mostly warnings, so the operator being down must not block these writes.
-                name: "resources.clair.projectquay.io".to_string(),
-                admission_review_versions: vec!["v1".to_string()],
-                side_effects: "None".to_string(),
-                failure_policy: Some("Ignore".to_string()),
-                timeout_seconds: Some(5),
-                client_config: client_config(settings, ca_bundle, VALIDATE_RESOURCE_PATH),
-                namespace_selector: in_scope(settings),
-                rules: Some(vec![RuleWithOperations {
-                    api_groups: Some(vec![crate::api::GROUP.to_string()]),
-                    api_versions: Some(vec![crate::api::VERSION.to_string()]),
-                    operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
-                    resources: Some(
-                        ["clairs", "indexers", "matchers", "notifiers"]
-                            .map(String::from)
-                            .to_vec(),
-                    ),
-                    scope: Some("Namespaced".to_string()),
-                }]),
-                ..Default::default()
-            },
-        ]),
-    }
-}
-
-/// The MutatingWebhookConfiguration: templating for labelled objects. Mutation runs before
-/// validation, so a rendered config is validated too when the object asks for both.
-pub fn mutating(settings: &Registration, ca_bundle: &str) -> MutatingWebhookConfiguration {
-    let (object_selector, rules) = selected(TEMPLATE_CONFIG);
-    MutatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(settings.name.clone()),
-            ..Default::default()
-        },
-        webhooks: Some(vec![MutatingWebhook {
-            name: "template.clair.projectquay.io".to_string(),
-            admission_review_versions: vec!["v1".to_string()],
-            side_effects: "None".to_string(),
-            failure_policy: Some("Fail".to_string()),
-            reinvocation_policy: Some("Never".to_string()),
-            timeout_seconds: Some(10),
-            client_config: client_config(settings, ca_bundle, TEMPLATE_CONFIG_PATH),
-            namespace_selector: in_scope(settings),
-            object_selector,
-            rules,
-            ..Default::default()
-        }]),
     }
 }
 

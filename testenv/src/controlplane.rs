@@ -774,28 +774,6 @@ impl ControlPlane {
         self.kubectl_ok(&["create", "namespace", "clair-operator"])
     }
 
-    /// Starts `clair-operator run` from `binary` as the `clair-operator` user, its log in
-    /// `logs/operator.log`, its metrics and health on `127.0.0.1:8080`, its webhook on a free
-    /// loopback port the apiserver is pointed at. It stops when the returned process is
-    /// dropped.
-    pub fn start_operator(&self, binary: &Path) -> Result<Process> {
-        // The apiserver calls the webhook on loopback (no Service reaches a process here).
-        let [port] = free_ports::<1>()?;
-        let args = [
-            "run".to_string(),
-            "--metrics-listen=127.0.0.1:8080".to_string(),
-            format!("--webhook-listen=127.0.0.1:{port}"),
-            format!("--webhook-url=https://127.0.0.1:{port}"),
-        ];
-        Process::spawn_with_env(
-            "operator",
-            binary,
-            &args,
-            &[("KUBECONFIG", &self.kubeconfig_path(OPERATOR))],
-            &self.dir.join("logs"),
-        )
-    }
-
     /// Stops every process (kwok first, etcd last) and removes the folder unless asked to
     /// keep it.
     pub fn stop(&mut self) {
@@ -828,8 +806,9 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
 }
 
-/// Free loopback ports, all bound at once so they differ, then released for the components.
-pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
+/// Free loopback ports, all bound at once so they differ, then released for the components
+/// (or the operator) to bind.
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners: Vec<TcpListener> = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()

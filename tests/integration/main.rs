@@ -13,14 +13,16 @@ mod leaks;
 mod metrics;
 mod olm;
 mod rbac;
+mod render;
 mod services;
-mod support;
 mod webhook;
+
+use clair_test_support as support;
 
 use std::process::ExitCode;
 
-use support::TestEnv;
-use support::runner::TestFn;
+use clair_test_support::runner::TestFn;
+use clair_test_support::{TestEnv, tests};
 
 fn main() -> ExitCode {
     // The tests mostly wait on the cluster: run more of them at once than there are cores.
@@ -66,6 +68,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         olm::the_operator_serves_olms_certificate_and_leaves_the_configurations_to_olm,
         metrics::metrics_match_the_cluster_and_pass_promtool,
         metrics::alerts_hold_to_promtool_and_the_runbooks,
+        render::render_makes_what_a_reconcile_applies,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

@@ -1,12 +1,11 @@
 //! The real-node tier: the same control plane as the integration tests with one real node
 //! (containerd, runc, kubelet, kube-proxy, CoreDNS) instead of kwok's fake ones, so every pod
 //! the operator renders truly starts, passes its real probes and talks to the others. The
-//! operator itself runs in the cluster from its release binary's image, installed with
-//! `kubectl apply --server-side -k deploy/base` as the README says; PostgreSQL listens where
-//! pods reach it.
+//! operator itself runs in the cluster from an image of the binary cargo built for the tests,
+//! installed with `kubectl apply --server-side -k deploy/base` as the README says; PostgreSQL
+//! listens where pods reach it.
 
-#[path = "../integration/support/mod.rs"]
-mod support;
+use clair_test_support as support;
 
 mod autoscaling;
 mod fixtures;
@@ -21,10 +20,9 @@ mod upgrade;
 
 use std::process::ExitCode;
 
-use anyhow::Context;
+use clair_test_support::runner::TestFn;
+use clair_test_support::{TestEnv, tests};
 use clair_testenv::{RealNodeImages, clair_binaries};
-use support::TestEnv;
-use support::runner::TestFn;
 
 fn main() -> ExitCode {
     // `--load-study [FOLDER]`: the load study (`scripts/bench load`), not the tests.
@@ -45,28 +43,14 @@ pub(crate) fn start() -> anyhow::Result<TestEnv> {
             (pinned.clone(), "4.9.0".to_string()),
             (pinned, "4.8.0".to_string()),
         ],
-        operator: Some(release_binary()?),
+        operator: Some(operator_binary()),
     })
 }
 
-/// The operator's release binary beside this test binary's build (`TARGET/release/`),
-/// which `scripts/test` builds first.
-fn release_binary() -> anyhow::Result<std::path::PathBuf> {
-    let exe = std::env::current_exe()?;
-    // TARGET/debug/deps/realnode-HASH
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .context("cannot find the cargo target folder")?;
-    let binary = target.join("release/clair-operator");
-    anyhow::ensure!(
-        binary.is_file(),
-        "{} is missing: the real-node tests run the operator's release build in the \
-         cluster; build it with `cargo build --release --bin clair-operator` (scripts/test \
-         does)",
-        binary.display()
-    );
-    Ok(binary)
+/// The operator's binary cargo built for these tests (its debug build: the tests check what
+/// the operator does, not its speed or size; `tools/images/build.sh` strips it for the image).
+fn operator_binary() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_clair-operator"))
 }
 
 fn registry() -> Vec<(&'static str, TestFn)> {

@@ -11,7 +11,7 @@ use anyhow::ensure;
 use clair_operator::api::{Clair, Phase};
 use kube::api::Api;
 
-use crate::operator::{OperatorProcess, fleet_namespace};
+use crate::operator::fleet_namespace;
 use crate::support::TestEnv;
 use crate::support::clair::{
     apply_json, create_clair, external_spec, notifier_dropin, phase_is, wait_clair,
@@ -40,7 +40,7 @@ pub async fn a_tenant_whose_databases_never_answer_slows_no_one_else(
     )
     .await?;
     notifier_dropin(&client, &hostile, "http://quay.example.com/notify").await?;
-    let mut operator = OperatorProcess::start(env, "operator-fairness", &["--no-webhook"])?;
+    let mut operator = crate::operator::start(env, "operator-fairness", &["--no-webhook"])?;
     let result = async {
         // The same Clair's time to Available with no attack, in this run, for comparison.
         let start = Instant::now();

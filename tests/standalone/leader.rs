@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use crate::operator::{OperatorProcess, TEST_GROUP};
+use crate::operator::TEST_GROUP;
 use crate::support::clair::{available_clairs, create_clairs, external_spec};
 use crate::support::{TestEnv, audited_since, eventually};
 
@@ -52,13 +52,13 @@ pub async fn a_killed_leader_hands_over_and_nothing_is_done_twice(
     let (client, ns) = crate::operator::fleet_namespace(env, "leader").await?;
 
     let since = SystemTime::now();
-    let mut first = OperatorProcess::start(env, "operator-a", &["--no-webhook"])?;
+    let mut first = crate::operator::start(env, "operator-a", &["--no-webhook"])?;
     eventually(Duration::from_secs(60), "operator-a to lead", || async {
         Ok(holder(env).await?.as_deref() == Some("operator-a"))
     })
     .await
     .with_context(|| first.log())?;
-    let mut second = OperatorProcess::start(env, "operator-b", &["--no-webhook"])?;
+    let mut second = crate::operator::start(env, "operator-b", &["--no-webhook"])?;
     // Give the second time to see the lease held and stand by.
     tokio::time::sleep(RETRY * 2).await;
 

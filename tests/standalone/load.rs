@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use crate::operator::OperatorProcess;
 use crate::support::{TestEnv, eventually};
 
 const INDEXERS: usize = 100;
@@ -72,7 +71,7 @@ pub async fn kwok_nodes_stay_ready_while_the_machine_is_saturated(
         .create(&PostParams::default(), &serde_json::from_value(config)?)
         .await?;
     let args = ["--no-webhook", "--no-leader-election", "--namespaces", &ns];
-    let mut operator = OperatorProcess::start(env, "operator-load", &args)?;
+    let mut operator = crate::operator::start(env, "operator-load", &args)?;
     let nodes: Api<Node> = Api::all(client.clone());
     let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
     let burners = Burners::start(2)?;

@@ -3,8 +3,7 @@
 //! as a given ServiceAccount, measured) without a cluster-wide operator doing the work for it.
 //! One test at a time: two operators watching the same objects would share the work.
 
-#[path = "../integration/support/mod.rs"]
-mod support;
+use clair_test_support as support;
 
 mod fairness;
 mod leader;
@@ -20,8 +19,8 @@ mod watches;
 
 use std::process::ExitCode;
 
-use support::TestEnv;
-use support::runner::TestFn;
+use clair_test_support::runner::TestFn;
+use clair_test_support::{TestEnv, tests};
 
 fn main() -> ExitCode {
     support::runner::main(

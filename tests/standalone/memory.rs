@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
-use crate::operator::{OperatorProcess, fleet_namespace};
+use crate::operator::fleet_namespace;
 use crate::support::clair::{create_clair, external_spec, phase_is, wait_clair};
 use crate::support::{TestEnv, eventually};
 
@@ -30,7 +30,7 @@ pub async fn what_tenants_make_the_operator_hold_is_bounded_in_total(
     let (client, other) = fleet_namespace(env, "memory-other").await?;
     let webhook = crate::operator::loopback_webhook()?;
     let args: Vec<&str> = webhook.iter().map(String::as_str).collect();
-    let mut operator = OperatorProcess::start(env, "operator-memory", &args)?;
+    let mut operator = crate::operator::start(env, "operator-memory", &args)?;
     let result = async {
         let tenant = env.namespace("memory-tenant").await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &tenant);

@@ -12,7 +12,6 @@ use clair_operator::api::Phase;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 
-use crate::operator::OperatorProcess;
 use crate::support::TestEnv;
 use crate::support::clair::{
     create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
@@ -38,7 +37,7 @@ pub async fn tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served
         namespaces.push(ns);
     }
     let list = namespaces.join(",");
-    let mut operator = OperatorProcess::start(
+    let mut operator = crate::operator::start(
         env,
         "operator-many",
         &["--namespaces", &list, "--no-webhook"],

@@ -1,125 +1,41 @@
-//! `clair-operator run` as a process: the binary cargo built for these tests, acting as the
-//! ServiceAccount `deploy/` installs (the test control plane's operator user impersonates
-//! it, so the audit log tells its requests apart), its log in the control plane's folder.
+//! `clair-operator run` as a process, through the harness's launcher: the binary cargo built
+//! for these tests, acting as the ServiceAccount `deploy/` installs (the test control plane's
+//! operator user impersonates it, so the audit log tells its requests apart); and the
+//! installs, webhook arguments and audit readings the standalone tests share.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::Path;
 use std::time::SystemTime;
 
-use anyhow::Context;
-use clair_testenv::{OPERATOR, Process};
-use kube::config::Kubeconfig;
+use clair_testenv::Launch;
+pub use clair_testenv::OperatorProcess;
 
 use crate::support::{OPERATOR_SERVICE_ACCOUNT, TestEnv};
 
-pub struct OperatorProcess {
-    process: Process,
-    /// When it started, for reading its requests from the audit log.
-    pub started: SystemTime,
+/// Starts `clair-operator run ARGS` as `name` (its log: `logs/NAME.log`; its identity in
+/// the leader election: `NAME`; in the audit log, the ServiceAccount with the extra group
+/// `clair-operator-test:NAME`, so two processes' requests can be told apart).
+pub fn start(env: &TestEnv, name: &str, args: &[&str]) -> anyhow::Result<OperatorProcess> {
+    let launch = Launch {
+        name: name.to_string(),
+        impersonate: Some((
+            OPERATOR_SERVICE_ACCOUNT.to_string(),
+            vec![
+                "system:serviceaccounts".to_string(),
+                "system:authenticated".to_string(),
+                format!("{TEST_GROUP}{name}"),
+            ],
+        )),
+        loopback_webhook: false,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: vec![(
+            "RUST_LOG".to_string(),
+            "info,clair_operator=debug".to_string(),
+        )],
+    };
+    let binary = Path::new(env!("CARGO_BIN_EXE_clair-operator"));
+    Ok(env.plane.start_operator(binary, &launch)?)
 }
 
-impl OperatorProcess {
-    /// Starts `clair-operator run ARGS` as `name` (its log: `logs/NAME.log`; its identity in
-    /// the leader election: `NAME`; in the audit log, the ServiceAccount with the extra group
-    /// `clair-operator-test:NAME`, so two processes' requests can be told apart).
-    pub fn start(env: &TestEnv, name: &str, args: &[&str]) -> anyhow::Result<Self> {
-        let kubeconfig = kubeconfig(env, name)?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_clair-operator"));
-        command
-            .arg("run")
-            // Loopback only, on a free port.
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("POD_NAME", name)
-            .env("RUST_LOG", "info,clair_operator=debug");
-        let started = SystemTime::now();
-        let process = Process::spawn_command(name, command, &env.plane.dir().join("logs"))?;
-        Ok(Self { process, started })
-    }
-
-    /// Kills it at once (SIGKILL), as a node failure or the OOM killer would.
-    pub fn kill(&mut self) -> anyhow::Result<()> {
-        let pid = self.process.id().to_string();
-        let killed = Command::new("kill").args(["-KILL", &pid]).status()?;
-        anyhow::ensure!(killed.success(), "kill -KILL {pid}");
-        Ok(())
-    }
-
-    /// The peak resident memory of the process so far, in bytes (`VmHWM`).
-    pub fn peak_rss(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id()))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .context("no VmHWM in /proc/PID/status")?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()?;
-        Ok(kib * 1024)
-    }
-
-    /// How many TCP connections the process holds open to `port` (any address): its sockets
-    /// (`/proc/PID/fd`) matched against the kernel's table of connections (`/proc/PID/net/tcp`,
-    /// `tcp6`), established ones only.
-    pub fn connections_to(&self, port: u16) -> anyhow::Result<usize> {
-        let pid = self.process.id();
-        let mut sockets = std::collections::BTreeSet::new();
-        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-            // A descriptor closed since the listing is simply not counted.
-            if let Ok(target) = std::fs::read_link(entry?.path())
-                && let Some(inode) = target
-                    .to_str()
-                    .and_then(|t| t.strip_prefix("socket:["))
-                    .and_then(|t| t.strip_suffix(']'))
-            {
-                sockets.insert(inode.to_string());
-            }
-        }
-        let remote = format!(":{port:04X}");
-        let mut count = 0;
-        for table in ["tcp", "tcp6"] {
-            let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))?;
-            // Columns: sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            for line in text.lines().skip(1) {
-                let columns: Vec<&str> = line.split_whitespace().collect();
-                if let [_, _, rem, state, _, _, _, _, _, inode, ..] = columns[..]
-                    && rem.ends_with(&remote)
-                    && state == "01"
-                    && sockets.contains(inode)
-                {
-                    count += 1;
-                }
-            }
-        }
-        Ok(count)
-    }
-
-    /// Fails with the end of its log if it has exited.
-    pub fn check_running(&mut self) -> anyhow::Result<()> {
-        Ok(self.process.check_running()?)
-    }
-
-    /// Its metrics as Prometheus text, from the address its log names.
-    pub fn metrics(&self) -> anyhow::Result<String> {
-        let log = self.log();
-        let address = log
-            .lines()
-            .filter(|l| l.contains("serving metrics and health"))
-            .find_map(|l| l.split("listen=").nth(1)?.split_whitespace().next())
-            .context("the operator has not said where it serves metrics yet")?;
-        let mut response = ureq::get(&format!("http://{address}/metrics")).call()?;
-        Ok(response.body_mut().read_to_string()?)
-    }
-
-    /// Its log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.process.log()).unwrap_or_default()
-    }
-}
-
-/// Installs `deploy/namespaced` (`overlay`) or `deploy/base` as the README says.
 /// `--webhook-listen` and `--webhook-url` for a webhook on a free loopback port, which the
 /// apiserver calls by URL.
 pub fn loopback_webhook() -> anyhow::Result<Vec<String>> {
@@ -176,6 +92,7 @@ pub fn install_namespaced(env: &TestEnv) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Installs `deploy/OVERLAY` (`namespaced` or `base`) as the README says.
 pub fn install(env: &TestEnv, overlay: &str) -> anyhow::Result<()> {
     let path = format!("{}/deploy/{overlay}", env!("CARGO_MANIFEST_DIR"));
     env.kubectl_ok(
@@ -195,25 +112,6 @@ pub async fn fleet_namespace(env: &TestEnv, name: &str) -> anyhow::Result<(kube:
     crate::support::clair::external_databases(env, &client, &ns).await?;
     crate::support::clair::notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
     Ok((client, ns))
-}
-
-/// The operator user's kubeconfig, impersonating the operator's ServiceAccount (with the
-/// group naming the process `name`).
-fn kubeconfig(env: &TestEnv, name: &str) -> anyhow::Result<PathBuf> {
-    let mut kubeconfig = Kubeconfig::read_from(env.plane.kubeconfig_path(OPERATOR))?;
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = user.auth_info.as_mut() {
-            auth.impersonate = Some(OPERATOR_SERVICE_ACCOUNT.to_string());
-            auth.impersonate_groups = Some(vec![
-                "system:serviceaccounts".to_string(),
-                "system:authenticated".to_string(),
-                format!("{TEST_GROUP}{name}"),
-            ]);
-        }
-    }
-    let path = env.plane.dir().join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, serde_json::to_string(&kubeconfig)?)?;
-    Ok(path)
 }
 
 /// The group prefix naming an operator process in the audit log.

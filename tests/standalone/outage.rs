@@ -85,7 +85,7 @@ pub async fn an_apiserver_restart_and_an_etcd_outage_are_ridden_out(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let (client, ns) = crate::operator::fleet_namespace(env, "outage").await?;
-    let mut operator = OperatorProcess::start(env, "operator-outage", &["--no-webhook"])?;
+    let mut operator = crate::operator::start(env, "operator-outage", &["--no-webhook"])?;
     let outcome = async {
         create_clairs(&client, &ns, CLAIRS, external_spec()).await?;
         eventually(

@@ -14,7 +14,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
-use crate::operator::OperatorProcess;
 use crate::support::clair::{available_clairs, create_clairs, external_spec};
 use crate::support::{TestEnv, eventually};
 
@@ -50,7 +49,7 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
 ) -> anyhow::Result<()> {
     let (client, ns) = crate::operator::fleet_namespace(env, "restart").await?;
     let args = ["--no-webhook", "--no-leader-election"];
-    let mut first = OperatorProcess::start(env, "operator-first", &args)?;
+    let mut first = crate::operator::start(env, "operator-first", &args)?;
 
     create_clairs(&client, &ns, CLAIRS, external_spec()).await?;
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
@@ -66,7 +65,7 @@ pub async fn a_killed_operator_restarted_finishes_and_duplicates_nothing(
     let available_at_kill = available().await?;
     let restarted_at = Timestamp::now();
     let restarted = Instant::now();
-    let mut second = OperatorProcess::start(env, "operator-second", &args)?;
+    let mut second = crate::operator::start(env, "operator-second", &args)?;
     eventually(
         Duration::from_secs(600),
         "every Clair Available",

@@ -8,7 +8,7 @@ use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Indexer, Phase};
 use kube::api::{Api, ListParams};
 
-use crate::operator::{OperatorProcess, requests_since};
+use crate::operator::requests_since;
 use crate::support::clair::{
     create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
 };
@@ -37,7 +37,7 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
     let webhook = crate::operator::loopback_webhook()?;
     let mut args = vec!["--log-format", "json", "--namespaces", &watched];
     args.extend(webhook.iter().map(String::as_str));
-    let mut operator = OperatorProcess::start(env, "operator-scoped", &args)?;
+    let mut operator = crate::operator::start(env, "operator-scoped", &args)?;
     let result = async {
         create_clair(&client, &watched, "clair", external_spec()).await?;
         create_clair(&client, &other, "clair", external_spec()).await?;

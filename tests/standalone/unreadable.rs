@@ -17,7 +17,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::operator::OperatorProcess;
 use crate::support::{TestEnv, eventually};
 
 const LONG: Duration = Duration::from_secs(120);
@@ -108,7 +107,7 @@ pub async fn unreadable_objects_are_named_and_stop_nothing_else(
         .context("no image schema")?
         .clone();
     let args = ["--no-webhook", "--no-leader-election", "--namespaces", &ns];
-    let mut operator = OperatorProcess::start(env, "operator-unreadable", &args)?;
+    let mut operator = crate::operator::start(env, "operator-unreadable", &args)?;
     let outcome = async {
         let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
         // Unreadable objects do not decode here either: read and patch them raw.
@@ -207,7 +206,7 @@ pub async fn unreadable_objects_are_named_and_stop_nothing_else(
             Ok(gauge(&operator.metrics()?) == Some(0.0))
         })
         .await?;
-        operator.check_running()
+        Ok(operator.check_running()?)
     }
     .await;
     // The real schema whatever happened: later tests need it.

@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 
-use crate::operator::{OperatorProcess, requests_since};
+use crate::operator::requests_since;
 use crate::support::{TestEnv, eventually};
 
 const SECRETS: usize = 2_000;
@@ -88,7 +88,7 @@ pub async fn unrelated_secrets_cost_their_metadata_only(env: &TestEnv) -> anyhow
 /// the Secrets and a few seconds more, and returns its peak memory and how many Secret lists
 /// it made.
 async fn run_until_synced(env: &TestEnv, name: &str) -> anyhow::Result<(u64, usize)> {
-    let mut operator = OperatorProcess::start(env, name, &["--no-webhook"])?;
+    let mut operator = crate::operator::start(env, name, &["--no-webhook"])?;
     let started = operator.started;
     let secret_lists = || -> anyhow::Result<usize> {
         Ok(requests_since(env, started)?

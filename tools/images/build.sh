@@ -159,9 +159,10 @@ for applet in sh cat printf wget; do ln -sf busybox "$root/bin/$applet"; done
 built+=("$(image clair-testenv.local/client:1 "$root" \
   --config.entrypoint /bin/sh --config.env PATH=/usr/bin:/bin --config.user 65534:65534)")
 
-# The operator, from its release binary, named as deploy/base names it.
+# The operator, from the binary given (the real-node tests give their debug build, stripped
+# here of its debug info), named as deploy/base names it.
 if [ -n "$operator" ]; then
-  [ -x "$operator" ] || die "$operator is not an executable: cargo build --release --bin clair-operator"
+  [ -x "$operator" ] || die "$operator is not an executable: cargo build --bin clair-operator"
   kustomization="$here/../../deploy/base/kustomization.yaml"
   name=$(awk '/- name: .*clair-operator/ {print $3; exit}' "$kustomization")
   tag=$(awk '/newTag:/ {gsub(/"/, "", $2); print $2; exit}' "$kustomization")
@@ -171,6 +172,7 @@ if [ -n "$operator" ]; then
   copy_with_libs "$root" "$operator"
   mkdir -p "$root/usr/bin"
   mv "$root$operator" "$root/usr/bin/clair-operator"
+  strip "$root/usr/bin/clair-operator"
   built+=("$(image "$name:$tag" "$root" \
     --config.entrypoint /usr/bin/clair-operator --config.cmd run \
     --config.user 65532:65532 --config.exposedports 8443/tcp --config.exposedports 8080/tcp)")

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod database;
 pub mod desired;
 pub mod observe;
+pub mod plan;
 pub mod probes;
 pub mod updaters;
 
@@ -14,10 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -29,9 +27,9 @@ use super::capabilities::optional_api_changes;
 use super::error::ObserveError;
 use super::watch::{self, Scope};
 use super::{Context, Error, Owner, Referenced, now};
-use crate::api::{Clair, Indexer, Matcher, Notifier, Phase};
-use crate::machine::clair::{actions, decide};
+use crate::api::{Clair, Phase};
 use crate::render::clair::ClairInput;
+use crate::render::owned::ClairObjects;
 
 /// The `Clair` controller in `scope`, until `shutdown` resolves.
 pub async fn run(
@@ -48,49 +46,54 @@ pub async fn run(
         format!("Clair controller, {scope}"),
         store.clone(),
     );
+    // One watch per owned field (see `watch::of`).
+    let ClairObjects {
+        secrets,
+        config_maps,
+        services,
+        stateful_sets,
+        network_policies,
+        jobs,
+        indexers,
+        matchers,
+        notifiers,
+        cron_jobs,
+        ingresses,
+        routes,
+        http_routes,
+    } = ClairObjects::nothing();
+    // Not watched: the managed engines' Services are only ever changed by the operator, and
+    // a change to one is put back at the next reconcile (a watch of every Service would cost
+    // the memory of the service controllers' own a second time); Routes and HTTPRoutes are
+    // APIs a cluster may not serve (their appearance is heard through `capabilities`).
+    let _unwatched = (services, routes, http_routes);
     controller
+        .owns(watch::of(&indexers, &client, &scope), watch::managed())
+        .owns(watch::of(&matchers, &client, &scope), watch::managed())
+        .owns(watch::of(&notifiers, &client, &scope), watch::managed())
+        .owns(watch::of(&stateful_sets, &client, &scope), watch::managed())
         .owns(
-            watch::metadata::<Indexer>(&client, &scope),
+            watch::of(&network_policies, &client, &scope),
             watch::managed(),
         )
-        .owns(
-            watch::metadata::<Matcher>(&client, &scope),
-            watch::managed(),
-        )
-        .owns(
-            watch::metadata::<Notifier>(&client, &scope),
-            watch::managed(),
-        )
-        .owns(
-            watch::metadata::<StatefulSet>(&client, &scope),
-            watch::managed(),
-        )
-        .owns(
-            watch::metadata::<NetworkPolicy>(&client, &scope),
-            watch::managed(),
-        )
-        .owns(
-            watch::metadata::<CronJob>(&client, &scope),
-            watch::managed(),
-        )
+        .owns(watch::of(&cron_jobs, &client, &scope), watch::managed())
         // Upgrade steps (owned by the Clair) and updater runs (owned by its CronJob, which
         // says nothing when a run started by hand ends): both name their Clair.
         .watches(
-            watch::metadata::<Job>(&client, &scope),
+            watch::of(&jobs, &client, &scope),
             watch::managed(),
             clair_of_job,
         )
-        .owns(
-            watch::metadata::<Ingress>(&client, &scope),
-            watch::managed(),
-        )
+        .owns(watch::of(&ingresses, &client, &scope), watch::managed())
+        // Every ConfigMap and Secret, the generated ones included: a Clair names its
+        // drop-ins, connection strings and CA bundles by name.
         .watches(
-            watch::metadata::<ConfigMap>(&client, &scope),
+            watch::of(&config_maps, &client, &scope),
             watch::every(),
             referencing(store.clone(), Referenced::ConfigMap),
         )
         .watches(
-            watch::metadata::<Secret>(&client, &scope),
+            watch::of(&secrets, &client, &scope),
             watch::every(),
             referencing(store, Referenced::Secret),
         )
@@ -177,7 +180,6 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
 
     // Observe: reads only.
     let observed = observe::observe(&context, &input, &clair).await?;
-    let snapshot = observed.snapshot(&input, generation);
     context.metrics.resources.set_budgets(
         crate::metrics::autoscaling::Key {
             kind: "Clair".to_string(),
@@ -187,16 +189,16 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
         observed.budgets(&input),
     );
 
-    // Decide: the machine.
+    // Decide, and what to write: the pure plan (`render` makes the same).
     let status = clair.status.as_ref();
-    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let now = now();
-    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now);
-    let since = decision.phase_since(status.and_then(|s| s.phase_since.as_ref()), &now);
-    let actions = actions(&decision, &snapshot, &observed.upgrade);
+    let plan::Plan {
+        decision,
+        objects,
+        status: new_status,
+        ..
+    } = plan::plan(&input, &observed, generation, status, &now());
 
-    // Desired, then apply.
-    let objects = desired::objects(&input, &observed, &actions);
+    // Apply.
     let applier = owner.applier(&context);
     let applied = apply_clair(&applier, objects).await;
     if !super::applied(applied, &super::describe(&clair))? {
@@ -204,7 +206,6 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
     }
 
     // Status.
-    let new_status = desired::status(&input, &observed, &decision, &actions, generation, since);
     let requeue = requeue_after(decision.phase, context.available_recheck);
     super::conclude(
         &context, &clair, &applier, status, new_status, &decision, requeue,

@@ -126,7 +126,7 @@ pub async fn observe(
         child::<Notifier>(context, input).await?,
     ];
     let running_version = clair.status.as_ref().and_then(|s| s.version.clone());
-    let desired_version = render::image_version(&input.image());
+    let desired_version = crate::images::version(&input.image());
     let jobs = match (&running_version, &desired_version) {
         (Some(from), Some(to)) if from != to => Some(step_jobs(context, input, to).await?),
         _ => None,

@@ -3,6 +3,7 @@
 
 pub mod desired;
 pub mod observe;
+pub mod plan;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -10,10 +11,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -26,8 +25,8 @@ use super::watch::{self, Scope};
 use super::{Context, Error, Owner, Referenced, now};
 use crate::api::Phase;
 use crate::api::service::ClairService;
-use crate::machine::service::decide;
-use crate::render::service::{ServiceInput, deployment};
+use crate::render::owned::ServiceObjects;
+use crate::render::service::ServiceInput;
 
 /// What a service kind must be for the shared controller.
 pub trait ServiceResource:
@@ -71,34 +70,44 @@ pub async fn run<K: ServiceResource>(
         format!("{} controller, {scope}", K::KIND),
         store.clone(),
     );
+    // One watch per owned field (see `watch::of`).
+    let ServiceObjects {
+        secrets,
+        deployments,
+        services,
+        disruption_budgets,
+        autoscalers,
+        service_monitors,
+        scaled_objects,
+    } = ServiceObjects::nothing();
+    // Not watched: ServiceMonitors and ScaledObjects are APIs a cluster may not serve (their
+    // appearance is heard through `capabilities`); KEDA's own HorizontalPodAutoscaler is
+    // heard below.
+    let _unwatched = (service_monitors, scaled_objects);
     controller
-        .owns(
-            watch::metadata::<Deployment>(&client, &scope),
-            watch::managed(),
-        )
-        .owns(
-            watch::metadata::<Service>(&client, &scope),
-            watch::managed(),
-        )
+        .owns(watch::of(&deployments, &client, &scope), watch::managed())
+        .owns(watch::of(&services, &client, &scope), watch::managed())
         // The operator's own autoscalers, and KEDA's for the operator's ScaledObjects (it
         // copies their labels, and its owner is the ScaledObject): the tuning metrics follow
         // whichever scales the service.
         .watches(
-            watch::metadata::<HorizontalPodAutoscaler>(&client, &scope),
+            watch::of(&autoscalers, &client, &scope),
             watch::managed(),
             |hpa| scaled_service::<K>(&hpa),
         )
         .owns(
-            watch::metadata::<PodDisruptionBudget>(&client, &scope),
+            watch::of(&disruption_budgets, &client, &scope),
             watch::managed(),
         )
+        // Every ConfigMap and Secret, the config snapshots included: a resource names its
+        // config, drop-ins and connection strings by name.
         .watches(
             watch::metadata::<ConfigMap>(&client, &scope),
             watch::every(),
             referencing(store.clone(), Referenced::ConfigMap),
         )
         .watches(
-            watch::metadata::<Secret>(&client, &scope),
+            watch::of(&secrets, &client, &scope),
             watch::every(),
             referencing(store, Referenced::Secret),
         )
@@ -177,7 +186,8 @@ async fn reconcile_once<K: ServiceResource>(
     let generation = object.meta().generation.unwrap_or(0);
 
     // Observe: reads only.
-    let Some(observed) = observe::observe(&context, K::KIND, namespace, name, spec).await? else {
+    let Some(observed) = observe::observe(context.as_ref(), K::KIND, namespace, name, spec).await?
+    else {
         // The deployment controller's status write, when it catches up, is an event of the
         // owned Deployment and reconciles this again; the requeue is only a fallback. (A 2 s
         // poll here made 3,000 services busy-wait on a lagging controller at 1,000 Clairs:
@@ -213,20 +223,15 @@ async fn reconcile_once<K: ServiceResource>(
         current_replicas: observed.current_replicas(),
         users: context.capabilities.pod_users().await,
     };
-    let rolled =
-        (observed.snapshot.as_ref()).map(|s| deployment(&input, &s.secret_name(name), &s.hash));
-    let snapshot = observed.snapshot(K::KIND, generation, spec, status, rolled.as_ref());
 
-    // Decide: the machine.
-    let previous = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let now = now();
-    let decision = decide(status.and_then(|s| s.phase), previous, &snapshot, &now);
-    let since = decision.phase_since(status.and_then(|s| s.phase_since.as_ref()), &now);
+    // Decide, and what to write: the pure plan (`render` makes the same).
+    let plan::Plan {
+        decision,
+        objects,
+        status: new_status,
+    } = plan::plan(&input, &observed, generation, status, &now());
 
-    // Desired, then apply.
-    let running = observe::running_hash(observed.deployment.as_ref());
-    let config_hash = desired::config_hash(&decision, &observed, running);
-    let objects = desired::objects(&input, &observed, rolled, &decision, config_hash.as_deref());
+    // Apply.
     let applier = owner.applier(&context);
     let applied = apply_service(&applier, objects).await;
     if !super::applied(applied, &super::describe(object.as_ref()))? {
@@ -234,7 +239,6 @@ async fn reconcile_once<K: ServiceResource>(
     }
 
     // Status.
-    let new_status = desired::status(&input, &snapshot, &decision, config_hash, since);
     let requeue = match decision.phase {
         Phase::Available => Duration::from_secs(600),
         _ => Duration::from_secs(30),

@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec, MetricStatus};
-use kube::api::Api;
 
 use crate::api::{
     AutoscalingEngine, ConfigSource, ServiceKind, ServiceSpec, ServiceStatus, TracingSpec,
 };
 use crate::clairconfig::{self, Document};
+use crate::controller::apply;
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
-use crate::controller::{Context, apply};
+use crate::controller::observer::Observer;
 use crate::images;
 use crate::machine::observation::{ConfigObservation, DatabaseObservation};
 use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
@@ -46,40 +46,34 @@ pub struct Observed {
 /// caught up with the last change (ours, most likely): its status describes the previous
 /// spec, so it is judged once it has.
 pub async fn observe(
-    context: &Context,
+    source: &impl Observer,
     kind: ServiceKind,
     namespace: &str,
     name: &str,
     spec: &ServiceSpec,
 ) -> Result<Option<Observed>, ObserveError> {
     // The Deployment first: while its status is stale nothing else is worth reading.
-    let deployment = Api::<Deployment>::namespaced(context.client.clone(), namespace)
-        .get_opt(name)
-        .await
+    let deployment = (source.owned::<Deployment>(namespace, name).await)
         .map_err(ObserveError::reading(format!("Deployment {name}")))?;
     if deployment.as_ref().is_some_and(status_is_stale) {
         return Ok(None);
     }
-    let (config, snapshot) = match context.images.refusal(&images::service_images(spec)) {
+    let (config, snapshot) = match source.images().refusal(&images::service_images(spec)) {
         Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
-        None => config(&context.client, namespace, spec, kind).await?,
+        None => config(source, namespace, spec, kind).await?,
     };
-    let scaled_objects = context.capabilities.serves(OptionalApi::ScaledObject).await;
+    let scaled_objects = source.serves(OptionalApi::ScaledObject).await;
     let (config, snapshot) = match keda_refusal(spec, scaled_objects) {
         Some(message) => (ConfigObservation::Invalid { message }, None),
         None => (config, snapshot),
     };
-    let autoscalers = Api::<HorizontalPodAutoscaler>::namespaced(context.client.clone(), namespace);
-    let read = |hpa: String| {
-        let autoscalers = autoscalers.clone();
-        async move {
-            autoscalers
-                .get_opt(&hpa)
-                .await
-                .map_err(ObserveError::reading(format!(
-                    "HorizontalPodAutoscaler {hpa}"
-                )))
-        }
+    let read = |hpa: String| async move {
+        (source
+            .owned::<HorizontalPodAutoscaler>(namespace, &hpa)
+            .await)
+            .map_err(ObserveError::reading(format!(
+                "HorizontalPodAutoscaler {hpa}"
+            )))
     };
     let autoscaler = match autoscaler_name(name, spec.autoscaling.as_ref()) {
         Some(hpa) => read(hpa).await?,
@@ -95,10 +89,7 @@ pub async fn observe(
         config,
         snapshot,
         deployment,
-        service_monitors: context
-            .capabilities
-            .serves(OptionalApi::ServiceMonitor)
-            .await,
+        service_monitors: source.serves(OptionalApi::ServiceMonitor).await,
         scaled_objects,
         autoscaler,
         engine_switching,

@@ -64,12 +64,18 @@ fn up(operator: &Path, once: bool) -> Result<(), String> {
     plane
         .install_operator_prerequisites()
         .map_err(|e| e.to_string())?;
-    let _operator = plane
-        .start_operator(operator)
+    let launch = clair_testenv::Launch {
+        name: "operator".to_string(),
+        loopback_webhook: true,
+        ..Default::default()
+    };
+    let operator_process = plane
+        .start_operator(operator, &launch)
         .map_err(|e| format!("cannot start the operator {}: {e}", operator.display()))?;
     eprintln!(
-        "clair-dev: operator running, log in {}",
-        plane.dir().join("logs/operator.log").display()
+        "clair-dev: operator running, log in {}, metrics at http://{}/metrics",
+        operator_process.log_path().display(),
+        operator_process.metrics_address()
     );
     kubectl(&["create", "namespace", NAMESPACE])?;
     kubectl(&[

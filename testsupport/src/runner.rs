@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use super::TestEnv;
+use crate::TestEnv;
 
 pub type TestFuture<'a> = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
 pub type TestFn = for<'a> fn(&'a TestEnv) -> TestFuture<'a>;
@@ -19,7 +19,7 @@ macro_rules! tests {
     ($($module:ident :: $test:ident),* $(,)?) => {
         vec![$((
             concat!(stringify!($module), "::", stringify!($test)),
-            (|env| Box::pin($module::$test(env))) as $crate::support::runner::TestFn,
+            (|env| Box::pin($module::$test(env))) as $crate::runner::TestFn,
         )),*]
     };
 }

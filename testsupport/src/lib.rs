@@ -1,7 +1,7 @@
-//! What every integration test shares: the control plane with the CRDs installed, a
-//! namespace per test, clients and kubectl. Shared by the kwok tier (`tests/integration`)
-//! and the real-node tier (`tests/realnode`); each uses a part of it.
-#![allow(dead_code)]
+//! What every test tier shares (the kwok tier `tests/integration`, the real-node tier
+//! `tests/realnode`, the standalone tier `tests/standalone`): the control plane with the CRDs
+//! installed, the operator started in this process through the library's launcher, a
+//! namespace per test, clients and kubectl, the audit log's reading, the test runner.
 
 pub mod clair;
 pub mod dashboards;
@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
-use clair_operator::{controller, crdgen, webhook};
+use clair_operator::{crdgen, launch, webhook};
 use clair_testenv::{ControlPlane, NODE_IP, OPERATOR, Options, POD_CIDR, Postgres, RealNodeImages};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -25,15 +25,16 @@ pub const OPERATOR_SERVICE_ACCOUNT: &str = "system:serviceaccount:clair-operator
 
 pub struct TestEnv {
     // Held for its Drop; declared first so it stops before the control plane does. None
-    // when the operator runs in the cluster (the real-node tier).
-    _operator: Option<Operator>,
+    // when the operator runs in the cluster (the real-node tier) or in processes of the
+    // tests' own (the standalone tier).
+    operator: Option<Operator>,
     pub plane: ControlPlane,
     /// A real PostgreSQL on loopback, for the database tests.
     pub postgres: Postgres,
 }
 
-/// The operator's controllers, run in this process on a thread of their own, as the
-/// `clair-operator` user.
+/// The operator, run in this process on a thread of its own by [`launch::run`], as the
+/// `clair-operator` user impersonating `deploy/base`'s ServiceAccount.
 struct Operator {
     stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -50,14 +51,18 @@ impl Operator {
             }
         }
         let log = std::fs::File::create(plane.dir().join("logs/operator.log"))?;
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let [metrics_port, webhook_port] = clair_testenv::free_ports::<2>()?;
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
+        let settings = launch::Settings {
+            metrics_listen: metrics,
+            webhook: Some(webhook_settings(plane, webhook_port)),
+            images: allowed_images(),
+            namespaces: Vec::new(),
+            // Quick, so the database-loss test sees a probe soon.
+            available_recheck: Duration::from_secs(10),
+            election: None,
         };
-        let webhook = webhook_settings(plane)?;
-        let metrics_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        metrics_listener.set_nonblocking(true)?;
-        let metrics = metrics_listener.local_addr()?;
         let thread = std::thread::Builder::new()
             .name("operator".into())
             .spawn(move || {
@@ -77,67 +82,26 @@ impl Operator {
                     Ok(runtime) => runtime,
                     Err(e) => return eprintln!("operator: cannot start a runtime: {e}"),
                 };
-                runtime.block_on(async move {
-                    let config = match kube::Config::from_custom_kubeconfig(
+                let ran = runtime.block_on(async move {
+                    let config = kube::Config::from_custom_kubeconfig(
                         kubeconfig,
                         &KubeConfigOptions::default(),
                     )
-                    .await
-                    {
-                        Ok(config) => config,
-                        Err(e) => return eprintln!("operator: kubeconfig: {e}"),
-                    };
+                    .await?;
                     let telemetry = clair_operator::metrics::Telemetry::new();
-                    let client = match clair_operator::metrics::client::counted_client(
+                    let client = clair_operator::metrics::client::counted_client(
                         config,
                         telemetry.metrics.clone(),
-                    ) {
-                        Ok(client) => client,
-                        Err(e) => return eprintln!("operator: client: {e}"),
+                    )?;
+                    let until_stopped = async move {
+                        let _ = stopped.wait_for(|s| *s).await;
                     };
-                    let listener = match tokio::net::TcpListener::from_std(metrics_listener) {
-                        Ok(listener) => listener,
-                        Err(e) => return eprintln!("operator: metrics listener: {e}"),
-                    };
-                    let metrics_server = tokio::spawn(clair_operator::metrics::server::serve(
-                        listener,
-                        telemetry.metrics.clone(),
-                        telemetry.health.clone(),
-                        until_stopped(stopped.clone()),
-                    ));
-                    let seal = match clair_operator::templating::seal::Seal::load_or_create(
-                        &client,
-                        &webhook.namespace,
-                        "clair-operator-template-seal",
-                    )
-                    .await
-                    {
-                        Ok(seal) => seal,
-                        Err(e) => return eprintln!("operator: template seal: {e}"),
-                    };
-                    let webhook = tokio::spawn(webhook::register::run(
-                        client.clone(),
-                        webhook,
-                        seal.clone(),
-                        telemetry.clone(),
-                        until_stopped(stopped.clone()),
-                    ));
-                    let controllers = controller::Controllers {
-                        images: allowed_images(),
-                        template_seal: Some(seal),
-                        namespaces: Vec::new(),
-                        telemetry,
-                        // Quick, so the database-loss test sees a probe soon.
-                        available_recheck: Duration::from_secs(10),
-                    };
-                    controller::run(client, controllers, until_stopped(stopped)).await;
-                    let _ = metrics_server.await;
-                    match webhook.await {
-                        Ok(Err(e)) => eprintln!("operator: webhook: {e}"),
-                        Err(e) => eprintln!("operator: webhook task: {e}"),
-                        Ok(Ok(())) => {}
-                    }
+                    launch::run(client, telemetry, settings, until_stopped).await?;
+                    anyhow::Ok(())
                 });
+                if let Err(e) = ran {
+                    eprintln!("operator: {e:#}");
+                }
             })?;
         Ok(Self {
             stop: Some(stop),
@@ -147,7 +111,6 @@ impl Operator {
     }
 }
 
-/// The webhook on a free loopback port, called by the apiserver by URL.
 /// The images the test operator allows: those the tests run, as a platform team would list
 /// its mirrors (`--allowed-images`).
 pub fn allowed_images() -> clair_operator::images::ImagePolicy {
@@ -158,11 +121,9 @@ pub fn allowed_images() -> clair_operator::images::ImagePolicy {
     ])
 }
 
-fn webhook_settings(plane: &ControlPlane) -> anyhow::Result<webhook::register::Settings> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    Ok(webhook::register::Settings {
+/// The webhook on loopback `port`, called by the apiserver by URL.
+fn webhook_settings(plane: &ControlPlane, port: u16) -> webhook::register::Settings {
+    webhook::register::Settings {
         name: webhook::CONFIGURATION_NAME.to_string(),
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         target: webhook::register::Target::Url(format!("https://127.0.0.1:{port}")),
@@ -180,7 +141,7 @@ fn webhook_settings(plane: &ControlPlane) -> anyhow::Result<webhook::register::S
             ca: plane.webhook_client_ca(),
             names: vec![clair_testenv::WEBHOOK_CLIENT_NAME.to_string()],
         },
-    })
+    }
 }
 
 impl Drop for Operator {
@@ -221,7 +182,7 @@ impl TestEnv {
         let postgres = Postgres::start_reachable(&plane.dir().join("logs"), None)
             .context("start PostgreSQL for the database tests")?;
         let env = Self {
-            _operator: None,
+            operator: None,
             plane,
             postgres,
         };
@@ -249,10 +210,11 @@ impl TestEnv {
         // that the shipped RBAC grants what the operator uses.
         // The real-node tier's overlay only shortens the webhook's recheck interval.
         let base = if in_cluster {
-            format!("{}/tests/realnode/deploy", env!("CARGO_MANIFEST_DIR"))
+            clair_testenv::repo_root().join("tests/realnode/deploy")
         } else {
-            format!("{}/deploy/base", env!("CARGO_MANIFEST_DIR"))
+            clair_testenv::repo_root().join("deploy/base")
         };
+        let base = base.display().to_string();
         let output = plane
             .kubectl()
             .args(["apply", "--server-side", "--force-conflicts", "-k", &base])
@@ -304,7 +266,7 @@ impl TestEnv {
             Some(Operator::start(&plane)?)
         };
         let env = Self {
-            _operator: operator,
+            operator,
             plane,
             postgres,
         };
@@ -347,7 +309,7 @@ impl TestEnv {
     /// The base URL of the in-process operator's metrics and health endpoints.
     pub fn operator_metrics_url(&self) -> anyhow::Result<String> {
         let operator = self
-            ._operator
+            .operator
             .as_ref()
             .context("no operator runs in this test process")?;
         Ok(format!("http://{}", operator.metrics))

@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{FIELD_MANAGER, TestEnv, eventually};
+use crate::{FIELD_MANAGER, TestEnv, eventually};
 
 pub const LONG: Duration = Duration::from_secs(120);
 pub const PASSWORD: &str = "s3cret-Pa55word";
