@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::DynamicObject;
@@ -29,7 +28,7 @@ use crate::api::{Clair, Indexer, Matcher, Notifier, ServiceKind};
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::clair::database;
 use crate::controller::clair::observe::{self as clair_observe, Observed, ObservedChild};
-use crate::controller::observer::Observer;
+use crate::controller::observer::{Observer, ReadableKind};
 use crate::controller::service::ServiceResource;
 use crate::controller::service::observe as service_observe;
 use crate::controller::{clair, service};
@@ -142,15 +141,11 @@ impl ObjectSource for Offline<'_> {
 }
 
 impl Observer for Offline<'_> {
-    async fn owned<K>(&self, _namespace: &str, _name: &str) -> Result<Option<K>, kube::Error>
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + 'static,
-    {
+    async fn owned<K: ReadableKind>(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> Result<Option<K>, kube::Error> {
         Ok(None)
     }
 

@@ -17,21 +17,35 @@ use super::capabilities::OptionalApi;
 use crate::images::ImagePolicy;
 use crate::sources::ObjectSource;
 
+/// A namespaced kind an observe step can read by name.
+pub trait ReadableKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Send
+    + 'static
+{
+}
+
+impl<K> ReadableKind for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + 'static
+{
+}
+
 /// The reads of an observe step, beyond the referenced ConfigMaps and Secrets.
 pub trait Observer: ObjectSource {
     /// An object the resource owns, by name; `None` when there is none.
-    fn owned<K>(
+    fn owned<K: ReadableKind>(
         &self,
         namespace: &str,
         name: &str,
-    ) -> impl Future<Output = Result<Option<K>, kube::Error>> + Send
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + DeserializeOwned
-            + Send
-            + 'static;
+    ) -> impl Future<Output = Result<Option<K>, kube::Error>> + Send;
 
     /// Whether the cluster serves `api`.
     fn serves(&self, api: OptionalApi) -> impl Future<Output = bool> + Send;
@@ -59,15 +73,11 @@ impl ObjectSource for Context {
 }
 
 impl Observer for Context {
-    async fn owned<K>(&self, namespace: &str, name: &str) -> Result<Option<K>, kube::Error>
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + DeserializeOwned
-            + Send
-            + 'static,
-    {
+    async fn owned<K: ReadableKind>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<K>, kube::Error> {
         Api::<K>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
