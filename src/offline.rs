@@ -13,34 +13,33 @@
 //! are text show them as `stringData` (the same object once applied), so a config change
 //! reads as one in a diff.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, VecDeque};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
+use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::clair::UpdaterMode;
-use crate::api::{Clair, Indexer, Matcher, Notifier, ServiceKind};
+use crate::api::Clair;
 use crate::controller::capabilities::OptionalApi;
-use crate::controller::clair::database;
-use crate::controller::clair::observe::{self as clair_observe, Observed, ObservedChild};
-use crate::controller::observer::{Observer, ReadableKind};
+use crate::controller::clair::observe as clair_observe;
+use crate::controller::clair::probes;
+use crate::controller::error::ObserveError;
+use crate::controller::observer::{Credential, Engine, Observer, ReadableKind};
 use crate::controller::service::ServiceResource;
 use crate::controller::service::observe as service_observe;
-use crate::controller::{clair, service};
-use crate::images::{self, ImagePolicy};
-use crate::machine::clair::ChildObservation;
-use crate::machine::updaters::UpdatersObservation;
-use crate::machine::{ApplyPlan, Decision, upgrade};
-use crate::render::clair::{self as render, ClairInput};
-use crate::render::database as db;
+use crate::controller::{self, clair, service};
+use crate::database::connstring::ConnSettings;
+use crate::database::probe::{ProbeOptions, Probed};
+use crate::images::ImagePolicy;
+use crate::machine::conditions::ConditionType;
+use crate::machine::{ApplyPlan, Decision};
+use crate::render::clair::ClairInput;
 use crate::render::owned::{ClairObjects, Owned, ServiceObjects, Write};
 use crate::render::pod::PodUsers;
-use crate::render::routing;
 use crate::render::service::ServiceInput;
 use crate::sources::ObjectSource;
 use crate::webhook::resources::{self, Fetched, Resource as Admitted};
@@ -149,6 +148,43 @@ impl Observer for Offline<'_> {
         Ok(None)
     }
 
+    async fn owned_list<K: ReadableKind>(
+        &self,
+        _namespace: &str,
+        _selector: &str,
+    ) -> Result<Vec<K>, kube::Error> {
+        Ok(Vec::new())
+    }
+
+    /// Taken as ready: only a cluster can tell.
+    async fn engine(&self, _namespace: &str, _name: &str) -> Result<Engine, ObserveError> {
+        Ok(Engine {
+            ready: true,
+            pod_uid: None,
+        })
+    }
+
+    /// Taken as answering, its `max_connections` unknown: the string is never dialled.
+    fn database_check(
+        &self,
+        _key: probes::Key,
+        _settings: &ConnSettings,
+        _options: ProbeOptions,
+        _trusted: &[CertificateDer<'static>],
+    ) -> probes::Outcome {
+        probes::Outcome::Checked(Ok(Probed {
+            max_connections: None,
+        }))
+    }
+
+    /// A placeholder that says what it is.
+    fn generate(&self, credential: Credential, key: &str) -> Result<String, controller::Error> {
+        Ok(match credential {
+            Credential::Psk => PLACEHOLDER_PSK.to_string(),
+            Credential::Password => format!("rendered-offline-{key}"),
+        })
+    }
+
     async fn serves(&self, api: OptionalApi) -> bool {
         let options = self.options;
         match api {
@@ -168,13 +204,6 @@ impl Observer for Offline<'_> {
 }
 
 impl Files {
-    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
-        let secret = self.secrets.get(&(namespace.to_string(), name.to_string()));
-        crate::sources::secret_document(secret, name, key)
-            .ok()
-            .map(|document| document.text)
-    }
-
     /// Adds the Secrets and ConfigMaps among `objects` (a Clair's, which its services read).
     fn add_rendered(&mut self, objects: &[Value]) -> Result<(), serde_json::Error> {
         for object in objects {
@@ -263,8 +292,10 @@ pub fn render(documents: Vec<Value>, options: &Options) -> Result<Rendered, Rend
     for resource in &resources {
         admit(resource, &files, options, &mut rendered.warnings)?;
     }
-    for resource in resources {
-        match resource {
+    // A Clair's service resources are rendered after its own objects, which they read.
+    let mut queue = VecDeque::from(resources);
+    while let Some(resource) = queue.pop_front() {
+        let objects = match resource {
             Admitted::Clair(clair) => {
                 let (objects, children) = clair_objects(&files, options, &clair)?;
                 files
@@ -273,21 +304,16 @@ pub fn render(documents: Vec<Value>, options: &Options) -> Result<Rendered, Rend
                         object: format!("Clair {}", clair.name_any()),
                         message: e.to_string(),
                     })?;
-                rendered.objects.extend(objects);
-                for child in children {
-                    rendered.objects.extend(child.render(&files, options)?);
+                for child in children.into_iter().rev() {
+                    queue.push_front(child);
                 }
+                objects
             }
-            Admitted::Indexer(o) => rendered
-                .objects
-                .extend(service_objects(&files, options, &o)?),
-            Admitted::Matcher(o) => rendered
-                .objects
-                .extend(service_objects(&files, options, &o)?),
-            Admitted::Notifier(o) => rendered
-                .objects
-                .extend(service_objects(&files, options, &o)?),
-        }
+            Admitted::Indexer(o) => service_objects(&files, options, &o)?,
+            Admitted::Matcher(o) => service_objects(&files, options, &o)?,
+            Admitted::Notifier(o) => service_objects(&files, options, &o)?,
+        };
+        rendered.objects.extend(objects);
     }
     for object in &mut rendered.objects {
         if let Some(metadata) = object["metadata"].as_object_mut() {
@@ -364,18 +390,20 @@ fn rolled_out(object: String, decision: &Decision) -> Result<(), RenderError> {
 
 /// The conditions that hold a rollout back, as `kubectl describe` would list them.
 fn failing(conditions: &[Condition]) -> Vec<String> {
-    const BLOCKING: &[&str] = &[
-        "ConfigValid",
-        "DatabaseReady",
-        "ConnectionsFit",
-        "RoutingReady",
-    ];
+    use ConditionType as T;
+    let blocking_when_false = [
+        T::ConfigValid,
+        T::DatabaseReady,
+        T::ConnectionsFit,
+        T::RoutingReady,
+    ]
+    .map(T::as_str);
     let line = |c: &Condition| format!("  {} {} ({}): {}", c.type_, c.status, c.reason, c.message);
     let blocking: Vec<String> = conditions
         .iter()
         .filter(|c| {
-            (c.status == "False" && BLOCKING.contains(&c.type_.as_str()))
-                || (c.type_ == "Degraded" && c.status == "True")
+            (c.status == "False" && blocking_when_false.contains(&c.type_.as_str()))
+                || (c.type_ == T::Degraded.as_str() && c.status == "True")
         })
         .map(line)
         .collect();
@@ -533,29 +561,12 @@ fn applied<T: Clone + kube::Resource>(owned: &Owned<T>) -> impl Iterator<Item = 
     })
 }
 
-/// A service resource a `Clair` would create, rendered after its `Clair`'s objects.
-enum Child {
-    Indexer(Indexer),
-    Matcher(Matcher),
-    Notifier(Notifier),
-}
-
-impl Child {
-    fn render(&self, files: &Files, options: &Options) -> Result<Vec<Value>, RenderError> {
-        match self {
-            Child::Indexer(o) => service_objects(files, options, o),
-            Child::Matcher(o) => service_objects(files, options, o),
-            Child::Notifier(o) => service_objects(files, options, o),
-        }
-    }
-}
-
 /// A `Clair`'s own objects, and the service resources among them.
 fn clair_objects(
     files: &Files,
     options: &Options,
     clair: &Clair,
-) -> Result<(Vec<Value>, Vec<Child>), RenderError> {
+) -> Result<(Vec<Value>, Vec<Admitted>), RenderError> {
     let clair = with_placeholder_uid(clair);
     let (name, namespace) = (clair.name_any(), clair.namespace().unwrap_or_default());
     let object = format!("Clair {name}");
@@ -572,7 +583,9 @@ fn clair_objects(
         spec: &clair.spec,
         users: options.users,
     };
-    let observed = observe_clair(files, options, &input).map_err(fail)?;
+    let offline = Offline { files, options };
+    let observed = block_on(clair_observe::observe(&offline, &input, &clair))
+        .map_err(|e| fail(e.to_string()))?;
     let plan = clair::plan::plan(&input, &observed, 1, None, &now());
     rolled_out(object.clone(), &plan.decision)?;
     let ClairObjects {
@@ -607,110 +620,11 @@ fn clair_objects(
         values(&http_routes, &mut out)
     })();
     written.map_err(|e| fail(e.to_string()))?;
-    let children = (applied(&indexers).map(Child::Indexer))
-        .chain(applied(&matchers).map(Child::Matcher))
-        .chain(applied(&notifiers).map(Child::Notifier))
+    let children = (applied(&indexers).map(Admitted::Indexer))
+        .chain(applied(&matchers).map(Admitted::Matcher))
+        .chain(applied(&notifiers).map(Admitted::Notifier))
         .collect();
     Ok((out, children))
-}
-
-/// What a first reconcile of `input`'s `Clair` would observe, from the files.
-fn observe_clair(
-    files: &Files,
-    options: &Options,
-    input: &ClairInput<'_>,
-) -> Result<Observed, String> {
-    let namespace = input.namespace;
-    let key = files
-        .secret_value(namespace, &input.psk_secret_name(), render::PSK_KEY)
-        .unwrap_or_else(|| PLACEHOLDER_PSK.to_string());
-    let psk = BTreeMap::from([(render::PSK_KEY.to_string(), key.clone())]);
-    let (database, passwords) = match (&input.spec.database.managed, &input.spec.database.external)
-    {
-        (Some(managed), _) => {
-            let secret = db::passwords_secret_name(input);
-            let passwords: BTreeMap<String, String> = db::password_keys()
-                .into_iter()
-                .map(|k| {
-                    let value = files
-                        .secret_value(namespace, &secret, &k)
-                        .unwrap_or_else(|| format!("rendered-offline-{k}"));
-                    (k, value)
-                })
-                .collect();
-            let state = database::managed_state(input, managed, &passwords, &[]);
-            (state, Some(passwords))
-        }
-        (None, Some(external)) => {
-            let read = block_on(database::external_strings(files, input, external))
-                .map_err(|e| e.to_string())?;
-            (database::unprobed(input, &read), None)
-        }
-        (None, None) => {
-            return Err("spec.database: set managed or external".to_string());
-        }
-    };
-    let root = render::root_config(input, &database.connections, &key);
-    let refusal = options.images.refusal(&images::clair_images(input.spec));
-    let config = match &refusal {
-        Some(refusal) => crate::machine::observation::ConfigObservation::Invalid {
-            message: refusal.clone(),
-        },
-        None => block_on(clair_observe::config(files, input, &root)).map_err(|e| e.to_string())?,
-    };
-    let children = [
-        ServiceKind::Indexer,
-        ServiceKind::Matcher,
-        ServiceKind::Notifier,
-    ]
-    .map(|kind| absent_child(input, kind));
-    let desired_version = crate::images::version(&input.image());
-    let served = routing::Served {
-        routes: options.routes,
-        http_routes: options.http_routes,
-    };
-    Ok(Observed {
-        psk,
-        passwords,
-        database,
-        root,
-        config,
-        children,
-        upgrade: upgrade::assess(None, desired_version.as_deref(), false, None),
-        routing: routing::resolve(input.spec.routing.as_ref(), served),
-        served,
-        running_version: None,
-        desired_version,
-        images_allowed: refusal.is_none(),
-        updaters: updaters(input),
-    })
-}
-
-/// A service resource before its first creation (or disabled).
-fn absent_child(input: &ClairInput<'_>, kind: ServiceKind) -> ObservedChild {
-    let enabled = input.enabled(kind);
-    ObservedChild {
-        observation: if enabled {
-            ChildObservation::Absent
-        } else {
-            ChildObservation::Disabled
-        },
-        status: None,
-        settled_on_desired_image: !enabled,
-    }
-}
-
-/// The updaters before any run.
-fn updaters(input: &ClairInput<'_>) -> UpdatersObservation {
-    if input.updater_mode() == UpdaterMode::Matcher {
-        return UpdatersObservation::InMatcher;
-    }
-    UpdatersObservation::CronJob(clair::updaters::runs(
-        None,
-        &[],
-        &input.cronjob_name(),
-        Duration::MAX,
-    ))
 }
 
 /// A service resource's objects, as its first reconcile would apply them.
@@ -867,7 +781,7 @@ mod tests {
                 secret: false,
             },
             &[],
-            ServiceKind::Indexer,
+            crate::api::ServiceKind::Indexer,
         );
         let condition = crate::machine::observation::config_condition("indexer", &observation);
         let message = condition.message.split(';').next().unwrap().to_string();
@@ -881,13 +795,11 @@ mod tests {
     #[test]
     fn a_missing_dropin_names_the_field() {
         let example = include_str!("../examples/clair.yaml");
-        let error = rendered(&example.replace("notifier.yaml: |", "other.yaml: |"))
+        let error = rendered(&example.replace("overrides.yaml: |", "other.yaml: |"))
             .unwrap_err()
             .to_string();
         assert!(
-            error.contains(
-                "spec.dropins[0]: ConfigMap clair-notifier-delivery has no key notifier.yaml"
-            ),
+            error.contains("spec.dropins[0]: ConfigMap clair-overrides has no key overrides.yaml"),
             "{error}"
         );
     }

@@ -141,15 +141,14 @@ pub fn secret_document(object: Option<&Secret>, name: &str, key: &str) -> Result
 /// The CA certificates of a `caBundle`: every PEM certificate under any key of the
 /// ConfigMap or Secret. `Ok(Err(what))` says what is missing, never what a value holds.
 pub async fn read_ca_bundle(
-    client: &Client,
+    objects: &impl ObjectSource,
     namespace: &str,
     bundle: &CaBundle,
 ) -> Result<Result<Vec<CertificateDer<'static>>, String>, kube::Error> {
     let (name, values): (String, Option<Vec<Vec<u8>>>) = match (&bundle.config_map, &bundle.secret)
     {
         (Some(name), _) => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            let values = api.get_opt(name).await?.map(|object| {
+            let values = objects.config_map(namespace, name).await?.map(|object| {
                 let text = object
                     .data
                     .unwrap_or_default()
@@ -165,14 +164,15 @@ pub async fn read_ca_bundle(
             (format!("caBundle: ConfigMap {name}"), values)
         }
         (None, Some(name)) => {
-            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            let values = api.get_opt(name).await?.map(|object| {
-                object
-                    .data
+            let values = objects.secret(namespace, name).await?.map(|object| {
+                // `stringData` only in a file given to `render`.
+                let text = object
+                    .string_data
                     .unwrap_or_default()
                     .into_values()
-                    .map(|b| b.0)
-                    .collect()
+                    .map(String::into_bytes);
+                let binary = object.data.unwrap_or_default().into_values().map(|b| b.0);
+                binary.chain(text).collect()
             });
             (format!("caBundle: Secret {name}"), values)
         }

@@ -86,6 +86,10 @@ use super::common::{Autoscaling, ConfigSource, KeyReference, Phase, PodOverrides
     .message("database.external.notifier is required while the notifier is enabled: name its connection string, or set notifier.enabled to false")
     .field_path(".database.external"))]
 #[x_kube(validation = Rule::new(
+    "!has(self.quay) || has(self.quay.endpoint) || (has(self.routing) && has(self.routing.host))")
+    .message("quay needs one base URL that serves all three services: set routing.host, or quay.endpoint for an address of the cluster's ingress or gateway")
+    .field_path(".quay"))]
+#[x_kube(validation = Rule::new(
     "!has(self.matcher) || !has(self.matcher.autoscaling) || (has(self.updaters) && has(self.updaters.mode) && self.updaters.mode == 'CronJob')")
     .message("an autoscaled matcher needs updaters.mode: CronJob: with the matcher running the updaters, every pod the autoscaler adds starts a full updater run")
     .field_path(".updaters"))]
@@ -138,6 +142,39 @@ pub struct ClairSpec {
     /// `clairv4/indexer`, `clairv4/matcher` or `clairv4/notifier`. Unset: no traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<TracingSpec>,
+    /// Wire this Clair to a Quay (docs/quay.md): the notifier delivers to Quay, Quay's key
+    /// signs the requests both ways, and a Secret `<name>-quay` holds Quay's side of the
+    /// config, ready to merge into its config bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quay: Option<QuaySpec>,
+}
+
+/// A Quay that uses this Clair.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.url.matches('^https?://[^/?#@]+(/[^?#]*)?$')")
+    .message("quay.url: Quay's base URL, http:// or https:// with a host, for example https://quay.example.com")
+    .field_path(".url"))]
+#[x_kube(validation = Rule::new("!has(self.endpoint) || self.endpoint.matches('^https?://[^/?#@]+/?$')")
+    .message("quay.endpoint: a base URL with no path (Quay joins /indexer/..., /matcher/... and /notifier/... onto its root and drops any path), for example https://clair.example.com")
+    .field_path(".endpoint"))]
+pub struct QuaySpec {
+    /// Quay's base URL as Clair's notifier reaches it, for example
+    /// `https://quay.example.com` or, in the cluster, `http://quay-app.quay.svc`:
+    /// notifications are delivered to its `/secscan/notification`.
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+    /// The base URL Quay is given for Clair (`SECURITY_SCANNER_V4_ENDPOINT`), which must
+    /// route `/indexer/`, `/matcher/` and `/notifier/` to the services at its root. Default:
+    /// the URL of `routing.host`. Set it when Quay reaches Clair through another address of
+    /// the cluster's ingress or gateway (with `routing` and no `routing.host`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub endpoint: Option<String>,
+    /// The pre-shared key Quay already signs with (its `SECURITY_SCANNER_V4_PSK`, base64), in
+    /// a Secret of this namespace. Unset: the operator's generated key (Secret `<name>-psk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psk: Option<KeyReference>,
 }
 
 /// Settings for one service of a `Clair`, copied into the service resource it owns.
@@ -436,6 +473,22 @@ pub struct ClairStatus {
     /// The updater CronJob's runs, when it runs the updaters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updaters: Option<UpdatersStatus>,
+    /// What a Quay is given, with `spec.quay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quay: Option<QuayStatus>,
+}
+
+/// Quay's side of `spec.quay`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuayStatus {
+    /// `SECURITY_SCANNER_V4_ENDPOINT`: the base URL serving all three services.
+    pub endpoint: String,
+    /// The Secret whose `config.yaml` holds Quay's keys (the endpoint, the PSK, the two
+    /// features), ready to merge into Quay's config bundle.
+    pub config_secret: String,
+    /// Where the notifier delivers: Quay's `/secscan/notification`.
+    pub notification_url: String,
 }
 
 /// How the updater CronJob's runs went, as far as the cluster still records them.

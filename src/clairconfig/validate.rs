@@ -435,9 +435,34 @@ fn notifier_rules(root: &Map<String, Value>, out: &mut Vec<Problem>) {
             out.push(error(path, message));
         }
     };
+    // Clair replaces an interval under a minute with its default, without a word, and
+    // starts: refusing it is the operator's own rule, stricter than Clair on purpose (a
+    // delivery retried hourly looks like a broken Quay integration).
+    for (key, default) in [("poll_interval", "6h"), ("delivery_interval", "1h")] {
+        let path = format!("notifier.{key}");
+        if let Some(text) = at(root, &path).and_then(Value::as_str)
+            && parse_go_duration(text).is_ok_and(|s| s > 0.0 && s < 60.0)
+        {
+            out.push(error(
+                &path,
+                format!(
+                    "{text} is under a minute, which Clair silently replaces with {default}: \
+                     set 1m or more"
+                ),
+            ));
+        }
+    }
     if at(root, "notifier.webhook").is_some() {
         url("notifier.webhook.target", out);
         url("notifier.webhook.callback", out);
+        let callback = text(root, "notifier.webhook.callback");
+        if !callback.is_empty() && !callback.ends_with('/') {
+            out.push(warning(
+                "notifier.webhook.callback",
+                "Clair joins each notification's id onto it as a path: end it with / (Clair \
+                 serves /notifier/api/v1/notification/)",
+            ));
+        }
     }
     if at(root, "notifier.amqp").is_some() {
         if text(root, "notifier.amqp.routing_key").is_empty() {
@@ -784,6 +809,47 @@ mod tests {
             .filter(|p| !p.warning)
             .map(|p| p.to_string())
             .collect()
+    }
+
+    #[test]
+    fn notifier_intervals_under_a_minute_are_refused_and_a_callback_needs_its_slash() {
+        let config = |poll: &str, callback: &str| {
+            json!({
+                "notifier": {"connstring": "host=db", "indexer_addr": "http://i:6060", "matcher_addr": "http://m:6060",
+                    "poll_interval": poll, "delivery_interval": "30s",
+                    "webhook": {"target": "http://quay/secscan/notification", "callback": callback}},
+            })
+        };
+        let found = errors(
+            config("5m", "http://n:6060/notifier/api/v1/notification/"),
+            ServiceKind::Notifier,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("notifier.delivery_interval: 30s is under a minute"),
+            "{found:?}"
+        );
+        assert!(found[0].contains("replaces with 1h"), "{found:?}");
+        let found = errors(
+            config("59s", "http://n:6060/notifier/api/v1/notification/"),
+            ServiceKind::Notifier,
+        );
+        assert!(
+            found
+                .iter()
+                .any(|e| e.contains("notifier.poll_interval") && e.contains("6h")),
+            "{found:?}"
+        );
+        let problems = validate(
+            &config("1m", "http://n:6060/notifier/api/v1/notification"),
+            ServiceKind::Notifier,
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.warning && p.path == "notifier.webhook.callback"),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -1,19 +1,28 @@
 //! What a reconcile's observe step reads through: the cluster (a [`Context`]: the
-//! apiserver with the operator's access, the optional APIs it serves, the image allow-list),
-//! or, for `clair-operator render`, the files given (where nothing owned exists yet). The
-//! controllers' observe functions take an [`Observer`], so `render` observes with their code.
+//! apiserver with the operator's access, the optional APIs it serves, the image allow-list,
+//! the database checks, fresh random credentials), or, for `clair-operator render`, the
+//! files given (where nothing owned exists yet, every database answers and credentials the
+//! files lack are placeholders). The controllers' observe functions take an [`Observer`],
+//! so `render` observes with their code.
 
 use std::fmt::Debug;
 use std::future::Future;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Resource;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
+use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 
-use super::Context;
 use super::capabilities::OptionalApi;
+use super::clair::credentials::{random_base64, random_hex};
+use super::clair::probes;
+use super::error::ObserveError;
+use super::{Context, Error};
+use crate::database::connstring::ConnSettings;
+use crate::database::probe::ProbeOptions;
 use crate::images::ImagePolicy;
 use crate::sources::ObjectSource;
 
@@ -38,6 +47,24 @@ impl<K> ReadableKind for K where
 {
 }
 
+/// A value the operator generates once, when the Secret that keeps it lacks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// Clair's pre-shared key (`auth.psk.key`): 32 bytes, padded base64.
+    Psk,
+    /// A managed database role's password: 24 bytes, hex (safe in any connection string).
+    Password,
+}
+
+/// A managed database engine (a StatefulSet of one replica) as the cluster shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Engine {
+    /// Its pod is ready.
+    pub ready: bool,
+    /// Its pod's UID, when the pod exists (a new one means the engine was replaced).
+    pub pod_uid: Option<String>,
+}
+
 /// The reads of an observe step, beyond the referenced ConfigMaps and Secrets.
 pub trait Observer: ObjectSource {
     /// An object the resource owns, by name; `None` when there is none.
@@ -46,6 +73,33 @@ pub trait Observer: ObjectSource {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<K>, kube::Error>> + Send;
+
+    /// The objects of kind `K` with the labels of `selector` (`key=value,...`).
+    fn owned_list<K: ReadableKind>(
+        &self,
+        namespace: &str,
+        selector: &str,
+    ) -> impl Future<Output = Result<Vec<K>, kube::Error>> + Send;
+
+    /// The managed engine of StatefulSet `name`.
+    fn engine(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Engine, ObserveError>> + Send;
+
+    /// The last connection check of an external database (run apart from the reconcile,
+    /// see `probes`), for `key`'s string parsed as `settings`, trusting `trusted`.
+    fn database_check(
+        &self,
+        key: probes::Key,
+        settings: &ConnSettings,
+        options: ProbeOptions,
+        trusted: &[CertificateDer<'static>],
+    ) -> probes::Outcome;
+
+    /// A new value of `credential`, for key `key` of a Secret that lacks it.
+    fn generate(&self, credential: Credential, key: &str) -> Result<String, Error>;
 
     /// Whether the cluster serves `api`.
     fn serves(&self, api: OptionalApi) -> impl Future<Output = bool> + Send;
@@ -81,6 +135,57 @@ impl Observer for Context {
         Api::<K>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
+    }
+
+    async fn owned_list<K: ReadableKind>(
+        &self,
+        namespace: &str,
+        selector: &str,
+    ) -> Result<Vec<K>, kube::Error> {
+        let list = Api::<K>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default().labels(selector))
+            .await?;
+        Ok(list.items)
+    }
+
+    async fn engine(&self, namespace: &str, name: &str) -> Result<Engine, ObserveError> {
+        // A StatefulSet of one replica names its pod NAME-0; its status changes (watched)
+        // when the pod is replaced, so this is read again then.
+        let pod = format!("{name}-0");
+        let pod_uid = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_metadata_opt(&pod)
+            .await
+            .map_err(ObserveError::reading(format!("Pod {pod}")))?
+            .and_then(|p| p.metadata.uid);
+        let ready = Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(ObserveError::reading(format!("StatefulSet {name}")))?
+            .and_then(|s| s.status)
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        Ok(Engine {
+            ready: ready >= 1,
+            pod_uid,
+        })
+    }
+
+    fn database_check(
+        &self,
+        key: probes::Key,
+        settings: &ConnSettings,
+        options: ProbeOptions,
+        trusted: &[CertificateDer<'static>],
+    ) -> probes::Outcome {
+        self.probes
+            .result(key, settings, options, trusted, self.metrics.clone())
+    }
+
+    fn generate(&self, credential: Credential, _key: &str) -> Result<String, Error> {
+        match credential {
+            Credential::Psk => random_base64(32),
+            Credential::Password => random_hex(24),
+        }
     }
 
     async fn serves(&self, api: OptionalApi) -> bool {

@@ -225,6 +225,11 @@ pub fn root_config(input: &ClairInput, connections: &ConnStrings, psk: &str) -> 
             "matcher_addr": address(ServiceKind::Matcher),
             "migrations": true,
         });
+        if let Some(Value::Object(quay)) = super::quay::notifier_config(input)
+            && let Some(section) = config["notifier"].as_object_mut()
+        {
+            section.extend(quay);
+        }
     }
     config
 }

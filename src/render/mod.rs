@@ -7,6 +7,7 @@ pub mod clairctl;
 pub mod database;
 pub mod owned;
 pub mod pod;
+pub mod quay;
 pub mod routing;
 pub mod service;
 pub mod settings;

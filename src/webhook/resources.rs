@@ -162,6 +162,7 @@ impl Resource {
                 secret: Some(k.clone()),
             }));
         }
+        all.extend(quay_psk(clair));
         all
     }
 
@@ -275,6 +276,26 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
             pod.resources.as_ref(),
         ));
     }
+    if let Some(source) = quay_psk(clair) {
+        use base64::Engine;
+        match lookup.get(&source) {
+            Some(Err(missing)) => warnings.push(format!(
+                "spec.quay.psk: {missing}: the Clair stays Pending until it exists"
+            )),
+            Some(Ok(key))
+                if base64::engine::general_purpose::STANDARD
+                    .decode(key.trim())
+                    .is_err() =>
+            {
+                warnings.push(
+                    "spec.quay.psk: the key is not standard base64, as Quay's \
+                     SECURITY_SCANNER_V4_PSK and Clair's auth.psk.key are: Clair refuses it"
+                        .to_string(),
+                )
+            }
+            _ => {}
+        }
+    }
     let notifier_disabled = spec.notifier.as_ref().and_then(|n| n.enabled) == Some(false);
     if notifier_disabled
         && spec
@@ -284,6 +305,15 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
     {
         warnings.push("notifier settings are ignored while notifier.enabled is false".to_string());
     }
+}
+
+/// The Secret key of the PSK a Quay signs with, when the `Clair` names one.
+fn quay_psk(clair: &Clair) -> Option<ConfigSource> {
+    let reference = clair.spec.quay.as_ref()?.psk.as_ref()?;
+    Some(ConfigSource {
+        config_map: None,
+        secret: Some(reference.clone()),
+    })
 }
 
 /// Keys fetched ahead of the checks.

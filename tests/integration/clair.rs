@@ -22,8 +22,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::support::clair::{
-    LONG, PASSWORD, apply_json, condition, create_clair, external_databases, external_spec,
-    notifier_dropin, patch_spec, phase_is, secret_text, wait_clair,
+    LONG, PASSWORD, apply_json, available_clair, condition, create_clair, external_databases,
+    external_inputs, external_spec, notifier_dropin, patch_spec, phase_is, secret_text, wait_clair,
 };
 use crate::support::{
     FIELD_MANAGER, TestEnv, eventually, operator_requests, operator_writes, request_line,
@@ -34,8 +34,7 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("clair-external").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    external_inputs(env, &client, &ns).await?;
     let mut spec = external_spec();
     spec["indexer"] = json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 3}});
     create_clair(&client, &ns, "clair", spec).await?;
@@ -339,8 +338,7 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("clair-dbfail").await?;
-    let prefix = external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let prefix = external_inputs(env, &client, &ns).await?;
     let port = env.postgres.port;
     let indexer = format!("{prefix}_indexer");
     let cases = [
@@ -1021,8 +1019,7 @@ pub async fn an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll(
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("clair-upgrade").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    external_inputs(env, &client, &ns).await?;
     let mut spec = external_spec();
     spec["image"] = json!("quay.io/projectquay/clair:4.8.0");
     create_clair(&client, &ns, "clair", spec).await?;
@@ -1192,28 +1189,11 @@ fn operator_warnings(env: &TestEnv, text: &str) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// A new namespace named from `prefix` with an Available Clair `clair` on external databases.
-async fn available_clair(env: &TestEnv, client: &Client, prefix: &str) -> anyhow::Result<String> {
-    let ns = env.namespace(prefix).await?;
-    external_databases(env, client, &ns).await?;
-    notifier_dropin(client, &ns, "http://quay.example.com/notify").await?;
-    create_clair(client, &ns, "clair", external_spec()).await?;
-    wait_clair(
-        client,
-        &ns,
-        "clair",
-        "clair Available",
-        phase_is(Phase::Available),
-    )
-    .await?;
-    Ok(ns)
-}
-
 pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
-    let ns = available_clair(env, &client, "clair-deleting").await?;
+    let ns = available_clair(env, &client, "clair-deleting", external_spec()).await?;
 
     // A Clair held by someone else's finalizer stays, being deleted, with its children.
     let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
@@ -1272,7 +1252,7 @@ pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
 
     // A second Clair, then its whole namespace deleted: nothing is made again while the
     // namespace terminates, and no refusal is logged as a warning.
-    let ns2 = available_clair(env, &client, "clair-ns-deleting").await?;
+    let ns2 = available_clair(env, &client, "clair-ns-deleting", external_spec()).await?;
     let since = std::time::SystemTime::now();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     namespaces.delete(&ns2, &DeleteParams::default()).await?;

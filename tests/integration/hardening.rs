@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::support::TestEnv;
 use crate::support::clair::{
-    apply_json, condition, create_clair, external_databases, external_spec, notifier_dropin,
-    phase_is, wait_clair,
+    apply_json, condition, create_clair, external_databases, external_inputs, external_spec,
+    notifier_dropin, phase_is, wait_clair,
 };
 
 /// A JSON Patch drop-in (JSON is YAML) of `copies` operations that each double an array:
@@ -28,8 +28,7 @@ pub async fn config_bombs_are_refused_and_the_operator_keeps_serving(
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("bombs").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    external_inputs(env, &client, &ns).await?;
     apply_json::<ConfigMap>(
         &client,
         &ns,

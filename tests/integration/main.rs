@@ -12,6 +12,7 @@ mod helm;
 mod leaks;
 mod metrics;
 mod olm;
+mod quay;
 mod rbac;
 mod render;
 mod services;
@@ -69,6 +70,8 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         metrics::metrics_match_the_cluster_and_pass_promtool,
         metrics::alerts_hold_to_promtool_and_the_runbooks,
         render::render_makes_what_a_reconcile_applies,
+        quay::a_clair_with_quay_delivers_to_it_and_tells_quay_its_side,
+        quay::quay_without_one_base_url_is_refused_by_the_schema,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

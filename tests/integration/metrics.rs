@@ -15,8 +15,7 @@ use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
 use crate::support::clair::{
-    PASSWORD, apply_json, create_clair, external_databases, external_spec, notifier_dropin,
-    phase_is, wait_clair,
+    PASSWORD, apply_json, create_clair, external_inputs, external_spec, phase_is, wait_clair,
 };
 use crate::support::{TestEnv, dashboards, eventually};
 
@@ -136,8 +135,7 @@ fn gauge_phase(samples: &[Sample], kind: &str, ns: &str, name: &str) -> anyhow::
 pub async fn metrics_match_the_cluster_and_pass_promtool(env: &TestEnv) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("metrics").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    external_inputs(env, &client, &ns).await?;
     let available = [("kind", "Clair"), ("to", "Available")];
     let before = total(
         &scrape(env)?,

@@ -5,35 +5,21 @@
 //! prints is in the cluster, with every field `render` sets at the same value.
 
 use anyhow::{Context, ensure};
-use clair_operator::api::Phase;
 use clair_operator::offline;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use crate::support::clair::{
-    create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
-};
+use crate::support::clair::{available_clair, external_spec};
 use crate::support::{CLUSTER_WIDE_CHANGES, TestEnv, allowed_images};
 
 pub async fn render_makes_what_a_reconcile_applies(env: &TestEnv) -> anyhow::Result<()> {
     // No optional API appears meanwhile (render is told what the cluster serves).
     let _quiet = CLUSTER_WIDE_CHANGES.read().await;
     let client = env.client().await?;
-    let ns = env.namespace("render-same").await?;
-    external_databases(env, &client, &ns).await?;
-    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
     let mut spec = external_spec();
     spec["indexer"] = json!({"autoscaling": {"minReplicas": 1, "maxReplicas": 3}});
-    create_clair(&client, &ns, "clair", spec.clone()).await?;
-    wait_clair(
-        &client,
-        &ns,
-        "clair",
-        "clair Available",
-        phase_is(Phase::Available),
-    )
-    .await?;
+    let ns = available_clair(env, &client, "render-same", spec.clone()).await?;
 
     // The same inputs, as a user would give them to `render`.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);

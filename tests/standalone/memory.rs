@@ -28,9 +28,7 @@ pub async fn what_tenants_make_the_operator_hold_is_bounded_in_total(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let (client, other) = fleet_namespace(env, "memory-other").await?;
-    let webhook = crate::operator::loopback_webhook()?;
-    let args: Vec<&str> = webhook.iter().map(String::as_str).collect();
-    let mut operator = crate::operator::start(env, "operator-memory", &args)?;
+    let mut operator = crate::operator::start_with_webhook(env, "operator-memory", &[])?;
     let result = async {
         let tenant = env.namespace("memory-tenant").await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &tenant);

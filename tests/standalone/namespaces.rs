@@ -13,9 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 
 use crate::support::TestEnv;
-use crate::support::clair::{
-    create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
-};
+use crate::support::clair::{create_clair, external_inputs, external_spec, phase_is, wait_clair};
 
 const NAMESPACES: usize = 20;
 const OVERLAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced");
@@ -32,8 +30,7 @@ pub async fn tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served
             &ns,
             &["apply", "-f", &format!("{OVERLAY}/watched-namespace.yaml")],
         )?;
-        external_databases(env, &client, &ns).await?;
-        notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+        external_inputs(env, &client, &ns).await?;
         namespaces.push(ns);
     }
     let list = namespaces.join(",");

@@ -15,6 +15,25 @@ use crate::support::{OPERATOR_SERVICE_ACCOUNT, TestEnv};
 /// the leader election: `NAME`; in the audit log, the ServiceAccount with the extra group
 /// `clair-operator-test:NAME`, so two processes' requests can be told apart).
 pub fn start(env: &TestEnv, name: &str, args: &[&str]) -> anyhow::Result<OperatorProcess> {
+    launch(env, name, args, false)
+}
+
+/// [`start`], the admission webhook served on a free loopback port, which the apiserver calls
+/// by URL (see [`remove_webhook_configurations`]).
+pub fn start_with_webhook(
+    env: &TestEnv,
+    name: &str,
+    args: &[&str],
+) -> anyhow::Result<OperatorProcess> {
+    launch(env, name, args, true)
+}
+
+fn launch(
+    env: &TestEnv,
+    name: &str,
+    args: &[&str],
+    loopback_webhook: bool,
+) -> anyhow::Result<OperatorProcess> {
     let launch = Launch {
         name: name.to_string(),
         impersonate: Some((
@@ -25,7 +44,7 @@ pub fn start(env: &TestEnv, name: &str, args: &[&str]) -> anyhow::Result<Operato
                 format!("{TEST_GROUP}{name}"),
             ],
         )),
-        loopback_webhook: false,
+        loopback_webhook,
         args: args.iter().map(|a| a.to_string()).collect(),
         env: vec![(
             "RUST_LOG".to_string(),
@@ -36,21 +55,7 @@ pub fn start(env: &TestEnv, name: &str, args: &[&str]) -> anyhow::Result<Operato
     Ok(env.plane.start_operator(binary, &launch)?)
 }
 
-/// `--webhook-listen` and `--webhook-url` for a webhook on a free loopback port, which the
-/// apiserver calls by URL.
-pub fn loopback_webhook() -> anyhow::Result<Vec<String>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    Ok(vec![
-        "--webhook-listen".to_string(),
-        format!("127.0.0.1:{port}"),
-        "--webhook-url".to_string(),
-        format!("https://127.0.0.1:{port}"),
-    ])
-}
-
-/// Deletes the webhook configurations an operator process with a [`loopback_webhook`]
+/// Deletes the webhook configurations an operator process [`start_with_webhook`]
 /// registered, once it is gone: they would send every labelled write to a port nobody
 /// listens on (`failurePolicy: Fail`), and the next tests' operators could write no config.
 pub async fn remove_webhook_configurations(client: &kube::Client) -> anyhow::Result<()> {
@@ -109,8 +114,7 @@ pub async fn fleet_namespace(env: &TestEnv, name: &str) -> anyhow::Result<(kube:
     let client = env.client().await?;
     install(env, "base")?;
     let ns = env.namespace(name).await?;
-    crate::support::clair::external_databases(env, &client, &ns).await?;
-    crate::support::clair::notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    crate::support::clair::external_inputs(env, &client, &ns).await?;
     Ok((client, ns))
 }
 

@@ -9,9 +9,7 @@ use clair_operator::api::{Clair, Indexer, Phase};
 use kube::api::{Api, ListParams};
 
 use crate::operator::requests_since;
-use crate::support::clair::{
-    create_clair, external_databases, external_spec, notifier_dropin, phase_is, wait_clair,
-};
+use crate::support::clair::{create_clair, external_inputs, external_spec, phase_is, wait_clair};
 use crate::support::{TestEnv, request_line};
 
 const OVERLAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced");
@@ -30,14 +28,11 @@ pub async fn an_operator_scoped_to_a_namespace_acts_there_only_with_its_roles(
         &["apply", "-f", &format!("{OVERLAY}/watched-namespace.yaml")],
     )?;
     for ns in [&watched, &other] {
-        external_databases(env, &client, ns).await?;
-        notifier_dropin(&client, ns, "http://quay.example.com/notify").await?;
+        external_inputs(env, &client, ns).await?;
     }
 
-    let webhook = crate::operator::loopback_webhook()?;
-    let mut args = vec!["--log-format", "json", "--namespaces", &watched];
-    args.extend(webhook.iter().map(String::as_str));
-    let mut operator = crate::operator::start(env, "operator-scoped", &args)?;
+    let args = ["--log-format", "json", "--namespaces", &watched];
+    let mut operator = crate::operator::start_with_webhook(env, "operator-scoped", &args)?;
     let result = async {
         create_clair(&client, &watched, "clair", external_spec()).await?;
         create_clair(&client, &other, "clair", external_spec()).await?;

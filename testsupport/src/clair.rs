@@ -78,6 +78,37 @@ pub async fn notifier_dropin(client: &Client, ns: &str, target: &str) -> anyhow:
     .await
 }
 
+/// What [`external_spec`] reads in `ns`: the databases (Secret `databases`) and the
+/// notifier's delivery drop-in, to a host nobody serves (nothing is delivered). Returns the
+/// roles' prefix.
+pub async fn external_inputs(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<String> {
+    let prefix = external_databases(env, client, ns).await?;
+    notifier_dropin(client, ns, "http://quay.example.com/notify").await?;
+    Ok(prefix)
+}
+
+/// A new namespace named from `prefix`, with its [`external_inputs`] and a `Clair` `clair` of
+/// `spec` that reached Available. Returns the namespace.
+pub async fn available_clair(
+    env: &TestEnv,
+    client: &Client,
+    prefix: &str,
+    spec: Value,
+) -> anyhow::Result<String> {
+    let ns = env.namespace(prefix).await?;
+    external_inputs(env, client, &ns).await?;
+    create_clair(client, &ns, "clair", spec).await?;
+    wait_clair(
+        client,
+        &ns,
+        "clair",
+        "clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    Ok(ns)
+}
+
 /// A Secret `databases` of connection strings (`service` → string), applied.
 pub async fn databases_secret(
     client: &Client,

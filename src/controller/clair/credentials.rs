@@ -4,12 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
-use kube::api::Api;
-
 use crate::controller::Error;
 use crate::controller::error::ObserveError;
+use crate::controller::observer::{Credential, Observer};
 
 fn random_bytes(count: usize) -> Result<Vec<u8>, Error> {
     let mut buffer = vec![0u8; count];
@@ -29,30 +26,28 @@ pub fn random_base64(count: usize) -> Result<String, Error> {
     Ok(base64::engine::general_purpose::STANDARD.encode(random_bytes(count)?))
 }
 
-/// The string data of Secret `name`, with a `generate`d value for each of `keys` it lacks
-/// (all of them when the Secret does not exist). Reads only.
+/// The string data of Secret `name`, with a generated `credential` for each of `keys` it
+/// lacks (all of them when the Secret does not exist). Reads only.
 pub async fn read_or_generate(
-    client: &Client,
+    source: &impl Observer,
     namespace: &str,
     name: &str,
     keys: &[String],
-    generate: impl Fn() -> Result<String, Error>,
+    credential: Credential,
 ) -> Result<BTreeMap<String, String>, Error> {
-    let current = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get_opt(name)
+    let current = source
+        .secret(namespace, name)
         .await
         .map_err(ObserveError::reading(format!("Secret {name}")))?;
-    let mut values: BTreeMap<String, String> = current
-        .and_then(|secret| secret.data)
-        .map(|data| {
-            data.into_iter()
-                .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
-                .collect()
-        })
-        .unwrap_or_default();
+    // `stringData` only in a file given to `render` (the apiserver folds it into `data`).
+    let (data, text) = current.map(|s| (s.data, s.string_data)).unwrap_or_default();
+    let mut values: BTreeMap<String, String> = (data.unwrap_or_default().into_iter())
+        .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|v| (k, v)))
+        .chain(text.unwrap_or_default())
+        .collect();
     for key in keys {
         if !values.contains_key(key) {
-            values.insert(key.clone(), generate()?);
+            values.insert(key.clone(), source.generate(credential, key)?);
         }
     }
     Ok(values)

@@ -8,17 +8,14 @@
 use std::collections::BTreeMap;
 use strum::VariantArray;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use rustls::pki_types::CertificateDer;
 
 use super::probes;
 use crate::api::ConfigSource;
 use crate::api::ServiceKind;
 use crate::api::clair::{ExternalDatabase, ManagedDatabase};
-use crate::controller::Context;
 use crate::controller::error::ObserveError;
+use crate::controller::observer::Observer;
 use crate::controller::service::observe::read;
 use crate::database::budget::Demand;
 use crate::database::connstring::{self, ConnSettings};
@@ -47,40 +44,20 @@ pub struct DatabaseState {
 /// A managed database: ready when every engine has a ready pod. `passwords`: each role's,
 /// as the passwords Secret holds them (or as they are about to be generated).
 pub async fn managed(
-    context: &Context,
+    source: &impl Observer,
     input: &ClairInput<'_>,
     managed: &ManagedDatabase,
     passwords: &BTreeMap<String, String>,
 ) -> Result<DatabaseState, ObserveError> {
-    let engines = db::engines(input, managed);
-    let sets: Api<StatefulSet> = Api::namespaced(context.client.clone(), input.namespace);
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), input.namespace);
     let mut not_ready = Vec::new();
     let mut engine_pods = BTreeMap::new();
-    for engine in &engines {
-        // A StatefulSet of one replica names its pod NAME-0; its status changes (watched)
-        // when the pod is replaced, so this is read again then.
-        let pod = format!("{}-0", engine.name);
-        let uid = pods
-            .get_metadata_opt(&pod)
-            .await
-            .map_err(ObserveError::reading(format!("Pod {pod}")))?
-            .and_then(|p| p.metadata.uid);
-        if let Some(uid) = uid {
+    for engine in db::engines(input, managed) {
+        let found = source.engine(input.namespace, &engine.name).await?;
+        if let Some(uid) = found.pod_uid {
             engine_pods.insert(engine.name.clone(), uid);
         }
-        let ready = sets
-            .get_opt(&engine.name)
-            .await
-            .map_err(ObserveError::reading(format!(
-                "StatefulSet {}",
-                engine.name
-            )))?
-            .and_then(|s| s.status)
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or(0);
-        if ready < 1 {
-            not_ready.push(engine.name.clone());
+        if !found.ready {
+            not_ready.push(engine.name);
         }
     }
     let mut state = managed_state(input, managed, passwords, &not_ready);
@@ -89,8 +66,8 @@ pub async fn managed(
 }
 
 /// A managed database's state once its engines' readiness is known (`not_ready`: the
-/// engines without a ready pod). Pure: `clair-operator render` takes every engine as ready.
-pub fn managed_state(
+/// engines without a ready pod).
+fn managed_state(
     input: &ClairInput<'_>,
     managed: &ManagedDatabase,
     passwords: &BTreeMap<String, String>,
@@ -139,7 +116,7 @@ pub(super) fn failure_reason(kind: FailureKind) -> Reason {
 
 /// The connection strings of an external database as read from the user's Secrets, before
 /// any connection is tried.
-pub struct ExternalStrings {
+struct ExternalStrings {
     /// Each enabled service's string, as read (trimmed).
     strings: BTreeMap<ServiceKind, String>,
     /// Those that parse.
@@ -149,7 +126,7 @@ pub struct ExternalStrings {
 }
 
 /// Reads and parses each enabled service's connection string.
-pub async fn external_strings(
+async fn external_strings(
     objects: &impl ObjectSource,
     input: &ClairInput<'_>,
     external: &ExternalDatabase,
@@ -201,7 +178,7 @@ pub async fn external_strings(
 
 /// External databases: each enabled service's string read and checked, concurrently.
 pub async fn external(
-    context: &Context,
+    source: &impl Observer,
     input: &ClairInput<'_>,
     external: &ExternalDatabase,
     options: ProbeOptions,
@@ -211,14 +188,14 @@ pub async fn external(
         strings,
         mut parsed,
         mut failures,
-    } = external_strings(&context.client, input, external).await?;
+    } = external_strings(source, input, external).await?;
     // The CAs each service trusts (its pod settings over the Clair's) count for its check.
     let mut trusted: BTreeMap<ServiceKind, Vec<CertificateDer<'static>>> = BTreeMap::new();
     for role in parsed.keys().copied().collect::<Vec<_>>() {
         let Some(bundle) = input.ca_bundle(role) else {
             continue;
         };
-        match crate::sources::read_ca_bundle(&context.client, input.namespace, bundle)
+        match crate::sources::read_ca_bundle(source, input.namespace, bundle)
             .await
             .map_err(ObserveError::reading("the caBundle".to_string()))?
         {
@@ -244,10 +221,7 @@ pub async fn external(
             strings.get(role).map(String::as_str).unwrap_or_default(),
             trusted,
         );
-        let outcome =
-            context
-                .probes
-                .result(key, settings, options, trusted, context.metrics.clone());
+        let outcome = source.database_check(key, settings, options, trusted);
         // The engine is where the string points, whether or not it answered.
         let engine = settings
             .hosts()
@@ -289,22 +263,6 @@ pub async fn external(
     Ok(external_state(
         input, &strings, &failures, engine_of, limits,
     ))
-}
-
-/// An external database that was not connected to (`clair-operator render`): only what the
-/// strings themselves say; no engine's limit known.
-pub fn unprobed(input: &ClairInput<'_>, read: &ExternalStrings) -> DatabaseState {
-    let engine_of = read
-        .parsed
-        .iter()
-        .filter_map(|(role, settings)| {
-            let hosts = settings.hosts().ok()?;
-            let (host, port) = hosts.first()?;
-            Some((*role, format!("{host}:{port}")))
-        })
-        .collect::<BTreeMap<_, _>>();
-    let limits = engine_of.values().map(|e| (e.clone(), None)).collect();
-    external_state(input, &read.strings, &read.failures, engine_of, limits)
 }
 
 fn external_state(

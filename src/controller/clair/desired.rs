@@ -12,6 +12,7 @@ use crate::machine::clair::{ChildAction, ClairActions, ReportedVersion, UpgradeA
 use crate::render::clair::{self as render, ClairInput};
 use crate::render::database as db;
 use crate::render::owned::{ClairObjects, Owned};
+use crate::render::quay;
 use crate::render::routing;
 
 /// The objects `actions` allow. The credentials and the managed database are applied
@@ -36,6 +37,12 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
     } else {
         // The running pods keep their last good config.
         secrets.keep(input.config_secret_name())
+    };
+    // Quay's side changes with the config it matches (its key, its endpoint).
+    secrets = match quay::secret(input, &observed.key) {
+        Some(secret) if actions.roll => secrets.apply(secret),
+        Some(_) => secrets.keep(quay::secret_name(input)),
+        None => secrets,
     };
     // An external database leaves a formerly managed one as it is (its data claims are
     // the user's to delete). An engine image outside the allow-list is not run.
@@ -173,5 +180,6 @@ pub fn status(
             .as_ref()
             .and_then(routing::external_url)
             .filter(|_| routed),
+        quay: quay::status(input),
     }
 }

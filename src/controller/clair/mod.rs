@@ -125,8 +125,8 @@ fn clair_of_job(job: kube::api::PartialObjectMeta<Job>) -> Option<ObjectRef<Clai
 }
 
 /// Maps a ConfigMap or Secret to the `Clair`s in its namespace that name it: as a drop-in,
-/// or (Secrets) as an external connection string or the tracing headers. Owned Secrets
-/// reach their owner anyway.
+/// or (Secrets) as an external connection string, the tracing headers or Quay's key. Owned
+/// Secrets reach their owner anyway.
 fn referencing<O: Resource>(
     store: Store<Clair>,
     kind: Referenced,
@@ -142,7 +142,12 @@ fn referencing<O: Resource>(
                         .flatten()
                         .any(|r| r.name == name)
                 });
+            let quay_key = kind == Referenced::Secret
+                && (clair.spec.quay.as_ref())
+                    .and_then(|q| q.psk.as_ref())
+                    .is_some_and(|r| r.name == name);
             external
+                || quay_key
                 || clair.spec.dropins.iter().any(|d| kind.by_source(d, &name))
                 || kind.by_tracing(clair.spec.tracing.as_ref(), &name)
         })
@@ -179,7 +184,7 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
     };
 
     // Observe: reads only.
-    let observed = observe::observe(&context, &input, &clair).await?;
+    let observed = observe::observe(context.as_ref(), &input, &clair).await?;
     context.metrics.resources.set_budgets(
         crate::metrics::autoscaling::Key {
             kind: "Clair".to_string(),

@@ -5,20 +5,20 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::Api;
 use serde_json::Value;
 use strum::VariantArray;
 
-use super::credentials::{random_base64, random_hex, read_or_generate};
+use super::credentials::read_or_generate;
 use super::database::{self, DatabaseState};
 use crate::api::clair::{ChildStatus, RoutingKind, UpgradeStep};
-use crate::api::{Clair, Indexer, Matcher, Notifier, Phase, ServiceKind};
+use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, Phase, ServiceKind};
 use crate::clairconfig::{self, Document};
+use crate::controller::Error;
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
+use crate::controller::observer::{Credential, Observer};
 use crate::controller::service::ServiceResource;
 use crate::controller::service::observe::{judge, read, tracing_dropin};
-use crate::controller::{Context, Error};
 use crate::database::budget;
 use crate::database::probe::ProbeOptions;
 use crate::images;
@@ -43,6 +43,8 @@ pub struct ObservedChild {
 pub struct Observed {
     /// The PSK Secret's values (the key generated when missing).
     pub psk: BTreeMap<String, String>,
+    /// The pre-shared key in use: Quay's (`spec.quay.psk`), else the generated one.
+    pub key: String,
     /// The managed database's passwords (generated when missing); `None` for an external
     /// database.
     pub passwords: Option<BTreeMap<String, String>>,
@@ -67,31 +69,30 @@ pub struct Observed {
 
 /// Reads everything about `input`'s `Clair` (`clair`, read fresh).
 pub async fn observe(
-    context: &Context,
+    source: &impl Observer,
     input: &ClairInput<'_>,
     clair: &Clair,
 ) -> Result<Observed, Error> {
-    let client = &context.client;
     let psk = read_or_generate(
-        client,
+        source,
         input.namespace,
         &input.psk_secret_name(),
         &[render::PSK_KEY.to_string()],
-        || random_base64(32),
+        Credential::Psk,
     )
     .await?;
     let (database, passwords) = match (&input.spec.database.managed, &input.spec.database.external)
     {
         (Some(managed), _) => {
             let passwords = read_or_generate(
-                client,
+                source,
                 input.namespace,
                 &db::passwords_secret_name(input),
                 &db::password_keys(),
-                || random_hex(24),
+                Credential::Password,
             )
             .await?;
-            let state = database::managed(context, input, managed, &passwords).await?;
+            let state = database::managed(source, input, managed, &passwords).await?;
             (state, Some(passwords))
         }
         (None, Some(external)) => {
@@ -101,7 +102,7 @@ pub async fn observe(
                     .any(|c| c.type_ == "DatabaseReady" && c.status == "True")
             });
             let state = database::external(
-                context,
+                source,
                 input,
                 external,
                 ProbeOptions::default(),
@@ -112,23 +113,41 @@ pub async fn observe(
         }
         (None, None) => return Err(Error::MissingField("spec.database.managed or .external")),
     };
-    let key = psk.get(render::PSK_KEY).cloned().unwrap_or_default();
+    // A Quay that has a key already keeps it: Clair takes Quay's.
+    let quay_key = match input.spec.quay.as_ref().and_then(|q| q.psk.as_ref()) {
+        Some(reference) => {
+            let source_of = ConfigSource {
+                config_map: None,
+                secret: Some(reference.clone()),
+            };
+            let read = read(source, input.namespace, &source_of).await?;
+            Some(read.map(|document| document.text.trim().to_string()))
+        }
+        None => None,
+    };
+    let key = match &quay_key {
+        Some(Ok(key)) => key.clone(),
+        _ => psk.get(render::PSK_KEY).cloned().unwrap_or_default(),
+    };
     let root = render::root_config(input, &database.connections, &key);
-    let image_refusal = context.images.refusal(&images::clair_images(input.spec));
+    let image_refusal = source.images().refusal(&images::clair_images(input.spec));
     let images_allowed = image_refusal.is_none();
-    let config = match image_refusal {
-        Some(refusal) => ConfigObservation::Invalid { message: refusal },
-        None => config(&context.client, input, &root).await?,
+    let config = match (image_refusal, quay_key) {
+        (Some(refusal), _) => ConfigObservation::Invalid { message: refusal },
+        (None, Some(Err(what))) => ConfigObservation::Missing {
+            what: format!("spec.quay.psk: {what}"),
+        },
+        (None, _) => config(source, input, &root).await?,
     };
     let children = [
-        child::<Indexer>(context, input).await?,
-        child::<Matcher>(context, input).await?,
-        child::<Notifier>(context, input).await?,
+        child::<Indexer>(source, input).await?,
+        child::<Matcher>(source, input).await?,
+        child::<Notifier>(source, input).await?,
     ];
     let running_version = clair.status.as_ref().and_then(|s| s.version.clone());
     let desired_version = crate::images::version(&input.image());
     let jobs = match (&running_version, &desired_version) {
-        (Some(from), Some(to)) if from != to => Some(step_jobs(context, input, to).await?),
+        (Some(from), Some(to)) if from != to => Some(step_jobs(source, input, to).await?),
         _ => None,
     };
     let upgrade = upgrade::assess(
@@ -138,11 +157,12 @@ pub async fn observe(
         jobs.as_ref(),
     );
     let served = routing::Served {
-        routes: context.capabilities.serves(OptionalApi::Route).await,
-        http_routes: context.capabilities.serves(OptionalApi::HttpRoute).await,
+        routes: source.serves(OptionalApi::Route).await,
+        http_routes: source.serves(OptionalApi::HttpRoute).await,
     };
     Ok(Observed {
         psk,
+        key,
         passwords,
         database,
         root,
@@ -154,7 +174,7 @@ pub async fn observe(
         running_version,
         desired_version,
         images_allowed,
-        updaters: super::updaters::observe(context, input, &super::super::now()).await?,
+        updaters: super::updaters::observe(source, input, &super::super::now()).await?,
     })
 }
 
@@ -322,7 +342,7 @@ fn notifier_delivery_missing(merged: &str) -> Option<String> {
 /// Reads one service resource: absent, or present in the phase its status reports for its
 /// current generation (`None` until its controller has caught up).
 async fn child<K: ServiceResource>(
-    context: &Context,
+    source: &impl Observer,
     input: &ClairInput<'_>,
 ) -> Result<ObservedChild, ObserveError> {
     let kind = K::KIND;
@@ -334,9 +354,8 @@ async fn child<K: ServiceResource>(
         });
     }
     let name = input.child_name(kind);
-    let api: Api<K> = Api::namespaced(context.client.clone(), input.namespace);
-    let read = api
-        .get_opt(&name)
+    let read: Option<K> = source
+        .owned(input.namespace, &name)
         .await
         .map_err(ObserveError::reading(format!("{} {name}", K::kind(&()))))?;
     let Some(child) = read else {
@@ -367,17 +386,15 @@ async fn child<K: ServiceResource>(
 
 /// The two step Jobs of the move to `version`.
 async fn step_jobs(
-    context: &Context,
+    source: &impl Observer,
     input: &ClairInput<'_>,
     version: &str,
 ) -> Result<StepJobs, ObserveError> {
-    let jobs: Api<Job> = Api::namespaced(context.client.clone(), input.namespace);
     let read = |step| {
         let name = upgrade_job_name(input, step, version);
-        let jobs = jobs.clone();
         async move {
-            let job = jobs
-                .get_opt(&name)
+            let job: Option<Job> = source
+                .owned(input.namespace, &name)
                 .await
                 .map_err(ObserveError::reading(format!("Job {name}")))?;
             Ok::<_, ObserveError>((name, job_state(job.as_ref())))

@@ -8,7 +8,7 @@ use super::desired;
 use super::observe::Observed;
 use crate::api::ClairStatus;
 use crate::machine::Decision;
-use crate::machine::clair::{ClairActions, actions, decide};
+use crate::machine::clair::{actions, decide};
 use crate::render::clair::ClairInput;
 use crate::render::owned::ClairObjects;
 
@@ -16,7 +16,6 @@ use crate::render::owned::ClairObjects;
 #[derive(Debug)]
 pub struct Plan {
     pub decision: Decision,
-    pub actions: ClairActions,
     pub objects: ClairObjects,
     pub status: ClairStatus,
 }
@@ -39,7 +38,6 @@ pub fn plan(
     let status = desired::status(input, observed, &decision, &actions, generation, since);
     Plan {
         decision,
-        actions,
         objects,
         status,
     }

@@ -6,18 +6,17 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
 
 use crate::api::clair::{UpdaterMode, UpdatersStatus};
 use crate::api::labels;
-use crate::controller::Context;
 use crate::controller::error::ObserveError;
+use crate::controller::observer::Observer;
 use crate::machine::updaters::{self, UpdaterRuns, UpdatersObservation};
 use crate::render::clair::ClairInput;
 
 /// Reads the CronJob and its Jobs, when a CronJob runs the updaters.
 pub async fn observe(
-    context: &Context,
+    source: &impl Observer,
     input: &ClairInput<'_>,
     now: &Time,
 ) -> Result<UpdatersObservation, ObserveError> {
@@ -25,13 +24,13 @@ pub async fn observe(
         return Ok(UpdatersObservation::InMatcher);
     }
     let name = input.cronjob_name();
-    let cronjob = Api::<CronJob>::namespaced(context.client.clone(), input.namespace)
-        .get_opt(&name)
+    let cronjob: Option<CronJob> = source
+        .owned(input.namespace, &name)
         .await
         .map_err(ObserveError::reading(format!("CronJob {name}")))?;
     let selector = labels::to_selector_string(&labels::all(input.name, "updaters"));
-    let jobs = Api::<Job>::namespaced(context.client.clone(), input.namespace)
-        .list(&ListParams::default().labels(&selector))
+    let jobs: Vec<Job> = source
+        .owned_list(input.namespace, &selector)
         .await
         .map_err(ObserveError::reading(format!("the Jobs of CronJob {name}")))?;
     let updaters = input.spec.updaters.as_ref();
@@ -44,7 +43,7 @@ pub async fn observe(
         updaters::stale_after(&schedule, updaters.and_then(|u| u.stale_after_seconds), now);
     Ok(UpdatersObservation::CronJob(runs(
         cronjob.as_ref(),
-        &jobs.items,
+        &jobs,
         &name,
         stale_after,
     )))
