@@ -83,6 +83,19 @@ fn paths(input: &ClairInput) -> Vec<(String, String)> {
         .collect()
 }
 
+/// How long a request through the router may take: Quay gives an index request 600 s (a
+/// large manifest's layers are fetched and scanned while it waits), and routers default to
+/// a minute. Set where the router takes it from the object: ingress-nginx's annotations, the
+/// OpenShift router's. (A Gateway API HTTPRoute's `timeouts` is an extended feature a
+/// gateway may refuse: left to the Gateway's owner.)
+pub const REQUEST_TIMEOUT_SECONDS: u32 = 600;
+
+/// ingress-nginx's read and send timeouts, in seconds.
+pub const NGINX_READ_TIMEOUT: &str = "nginx.ingress.kubernetes.io/proxy-read-timeout";
+pub const NGINX_SEND_TIMEOUT: &str = "nginx.ingress.kubernetes.io/proxy-send-timeout";
+/// The OpenShift router's server timeout, with a unit.
+pub const OPENSHIFT_TIMEOUT: &str = "haproxy.router.openshift.io/timeout";
+
 pub fn ingress_name(input: &ClairInput) -> String {
     input.name.to_string()
 }
@@ -105,8 +118,14 @@ pub fn ingress(input: &ClairInput, routing: &RoutingSpec) -> Ingress {
             },
         })
         .collect();
+    let mut metadata = input.metadata(ingress_name(input), "routing");
+    let seconds = REQUEST_TIMEOUT_SECONDS.to_string();
+    metadata.annotations = Some(BTreeMap::from([
+        (NGINX_READ_TIMEOUT.to_string(), seconds.clone()),
+        (NGINX_SEND_TIMEOUT.to_string(), seconds),
+    ]));
     Ingress {
-        metadata: input.metadata(ingress_name(input), "routing"),
+        metadata,
         spec: Some(IngressSpec {
             ingress_class_name: routing.ingress_class_name.clone(),
             rules: Some(vec![IngressRule {
@@ -134,6 +153,10 @@ pub fn routes(input: &ClairInput, routing: &RoutingSpec) -> Vec<DynamicObject> {
         .map(|(path, service)| {
             let mut object = DynamicObject::new(&service, &resource);
             object.metadata = input.metadata(service.clone(), "routing");
+            object.metadata.annotations = Some(BTreeMap::from([(
+                OPENSHIFT_TIMEOUT.to_string(),
+                format!("{REQUEST_TIMEOUT_SECONDS}s"),
+            )]));
             let mut spec = json!({
                 "path": path.trim_end_matches('/'),
                 "to": {"kind": "Service", "name": service, "weight": 100},
@@ -242,6 +265,10 @@ mod tests {
         };
         let r = routing(RoutingKind::Ingress);
         let ingress = ingress(&input(&spec), &r);
+        // Quay's 600 s for an index request, in ingress-nginx's terms (seconds, no unit).
+        let annotations = ingress.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[NGINX_READ_TIMEOUT], "600");
+        assert_eq!(annotations[NGINX_SEND_TIMEOUT], "600");
         let spec = ingress.spec.unwrap();
         let paths: Vec<(String, String)> = spec.rules.unwrap()[0]
             .http
@@ -280,6 +307,11 @@ mod tests {
         let routes = routes(&input(&spec), &r);
         assert_eq!(routes.len(), 3);
         assert_eq!(routes[1].data["spec"]["path"], "/matcher");
+        assert!(
+            routes
+                .iter()
+                .all(|r| { r.metadata.annotations.as_ref().unwrap()[OPENSHIFT_TIMEOUT] == "600s" })
+        );
         assert_eq!(
             routes[1].data["spec"]["tls"]["externalCertificate"]["name"],
             "clair-tls"
