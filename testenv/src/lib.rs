@@ -18,6 +18,7 @@ mod operator;
 mod pki;
 mod postgres;
 mod process;
+pub mod quay;
 
 pub use addons::{Addons, Collector};
 pub use binaries::Binaries;

@@ -19,8 +19,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use hmac::{Hmac, Mac};
+use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest, Sha256};
 
 use crate::host::NODE_IP;
@@ -260,15 +259,10 @@ pub fn psk_token(psk_base64: &str, issuer: &str) -> Result<String, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
         .as_secs();
-    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-    let claims = URL_SAFE_NO_PAD.encode(
-        serde_json::json!({"iss": issuer, "iat": now, "nbf": now - 5, "exp": now + 300})
-            .to_string(),
-    );
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|e| e.to_string())?;
-    mac.update(format!("{header}.{claims}").as_bytes());
-    let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
-    Ok(format!("{header}.{claims}.{signature}"))
+    crate::quay::sign(
+        &key,
+        &serde_json::json!({"iss": issuer, "iat": now, "nbf": now - 5, "exp": now + 300}),
+    )
 }
 
 type Files = Arc<Mutex<HashMap<String, Bytes>>>;
@@ -582,6 +576,8 @@ fn uuid_like(seed: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use hmac::{Hmac, Mac};
 
     #[test]
     fn every_seed_makes_another_layer_and_the_same_seed_the_same() {
