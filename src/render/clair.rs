@@ -166,6 +166,18 @@ impl ClairInput<'_> {
 }
 
 #[cfg(test)]
+impl ConnStrings {
+    /// A connection string per service, for the builders' tests.
+    pub fn example() -> Self {
+        ConnStrings {
+            indexer: "host=db user=indexer".into(),
+            matcher: "host=db user=matcher".into(),
+            notifier: Some("host=db user=notifier".into()),
+        }
+    }
+}
+
+#[cfg(test)]
 impl<'a> ClairInput<'a> {
     /// `clair` in namespace `scan` with `spec`, for the builders' tests.
     pub fn example(spec: &'a ClairSpec) -> Self {
@@ -343,11 +355,7 @@ mod tests {
     }
 
     fn connections() -> ConnStrings {
-        ConnStrings {
-            indexer: "host=db user=indexer".into(),
-            matcher: "host=db user=matcher".into(),
-            notifier: Some("host=db user=notifier".into()),
-        }
+        ConnStrings::example()
     }
 
     #[test]

@@ -119,11 +119,7 @@ mod tests {
     }
 
     fn connections() -> ConnStrings {
-        ConnStrings {
-            indexer: "host=db".to_string(),
-            matcher: "host=db".to_string(),
-            notifier: Some("host=db".to_string()),
-        }
+        ConnStrings::example()
     }
 
     #[test]

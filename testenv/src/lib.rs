@@ -19,6 +19,7 @@ mod pki;
 mod postgres;
 mod process;
 pub mod quay;
+pub mod router;
 
 pub use addons::{Addons, Collector};
 pub use binaries::Binaries;

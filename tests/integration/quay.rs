@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::support::TestEnv;
 use crate::support::clair::{
-    apply_json, condition, create_clair, external_databases, external_spec, patch_spec, phase_is,
+    apply_json, available_clair, condition, create_clair, external_spec, patch_spec, phase_is,
     secret_text, wait_clair,
 };
 
@@ -47,18 +47,12 @@ pub async fn a_clair_with_quay_delivers_to_it_and_tells_quay_its_side(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
-    let ns = env.namespace("quay-wired").await?;
-    external_databases(env, &client, &ns).await?;
     let spec = quay_spec(json!({"url": "http://quay-app.quay.svc"}));
-    create_clair(&client, &ns, "clair", spec.clone()).await?;
-    let clair = wait_clair(
-        &client,
-        &ns,
-        "clair",
-        "clair Available",
-        phase_is(Phase::Available),
-    )
-    .await?;
+    // (Its delivery drop-in is made, and not named: `spec.quay` is the delivery.)
+    let ns = available_clair(env, &client, "quay-wired", spec.clone()).await?;
+    let clair = Api::<Clair>::namespaced(client.clone(), &ns)
+        .get("clair")
+        .await?;
 
     // The generated config: Quay's webhook, a callback under the endpoint, a minute's
     // delivery retries, and the key Quay signs with.
