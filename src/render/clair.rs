@@ -354,14 +354,10 @@ mod tests {
         ClairInput::example(spec)
     }
 
-    fn connections() -> ConnStrings {
-        ConnStrings::example()
-    }
-
     #[test]
     fn addresses_are_full_urls() {
         let spec = spec();
-        let config = root_config(&input(&spec), &connections(), "c2VjcmV0");
+        let config = root_config(&input(&spec), &ConnStrings::example(), "c2VjcmV0");
         assert_eq!(
             config["matcher"]["indexer_addr"],
             "http://clair-indexer.scan.svc:6060"
@@ -378,7 +374,7 @@ mod tests {
     fn a_cpu_limit_renders_the_admission_limit_and_the_pools() {
         let limited = crate::render::sizing::tests::cpu_limited;
         let mut spec = spec();
-        let config = root_config(&input(&spec), &connections(), "c2VjcmV0");
+        let config = root_config(&input(&spec), &ConnStrings::example(), "c2VjcmV0");
         assert!(
             config["indexer"]
                 .get("index_report_request_concurrency")
@@ -391,7 +387,7 @@ mod tests {
             ..Default::default()
         });
         spec.pod = Some(limited("2"));
-        let mut connections = connections();
+        let mut connections = ConnStrings::example();
         connections.notifier = Some("host=db user=notifier pool_max_conns=12".into());
         let config = root_config(&input(&spec), &connections, "c2VjcmV0");
         assert_eq!(config["indexer"]["index_report_request_concurrency"], 4);
@@ -418,7 +414,7 @@ mod tests {
             ..Default::default()
         });
         let input = input(&spec);
-        let config = root_config(&input, &connections(), "c2VjcmV0");
+        let config = root_config(&input, &ConnStrings::example(), "c2VjcmV0");
         assert_eq!(config["matcher"]["disable_updaters"], true);
         let cron = updater_cronjob(&input).unwrap();
         let cron_spec = cron.spec.unwrap();
@@ -552,7 +548,7 @@ mod tests {
         });
         let input = input(&spec);
         assert!(!input.enabled(ServiceKind::Notifier));
-        let mut c = connections();
+        let mut c = ConnStrings::example();
         c.notifier = None;
         assert!(root_config(&input, &c, "a2V5").get("notifier").is_none());
     }

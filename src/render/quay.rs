@@ -118,10 +118,6 @@ mod tests {
         .unwrap()
     }
 
-    fn connections() -> ConnStrings {
-        ConnStrings::example()
-    }
-
     #[test]
     fn the_notifier_delivers_to_quay_with_a_callback_under_the_endpoint() {
         let spec = spec(json!({"url": "https://quay.example.com/"}));
@@ -130,7 +126,7 @@ mod tests {
             endpoint(&input).as_deref(),
             Some("https://clair.example.com")
         );
-        let config = root_config(&input, &connections(), "a2V5");
+        let config = root_config(&input, &ConnStrings::example(), "a2V5");
         let notifier = &config["notifier"];
         assert_eq!(
             notifier["webhook"]["target"],
@@ -191,6 +187,8 @@ mod tests {
         let input = ClairInput::example(&spec);
         assert!(secret(&input, "a2V5").is_none());
         assert!(status(&input).is_none());
-        assert!(root_config(&input, &connections(), "a2V5")["notifier"]["webhook"].is_null());
+        assert!(
+            root_config(&input, &ConnStrings::example(), "a2V5")["notifier"]["webhook"].is_null()
+        );
     }
 }

@@ -96,7 +96,7 @@ pub async fn a_clair_with_quay_delivers_to_it_and_tells_quay_its_side(
     // once it exists, both sides use it.
     let mut with_key = spec.clone();
     with_key["quay"]["psk"] = json!({"name": "quay-keys", "key": "psk"});
-    patch_spec(&client, &ns, "clair", with_key).await?;
+    patch_spec(&client, &ns, "clair", with_key.clone()).await?;
     let waiting = wait_clair(
         &client,
         &ns,
@@ -158,8 +158,7 @@ pub async fn a_clair_with_quay_delivers_to_it_and_tells_quay_its_side(
                "data": {"fast.yaml": "notifier:\n  delivery_interval: 30s\n"}}),
     )
     .await?;
-    let mut fast = spec.clone();
-    fast["quay"]["psk"] = json!({"name": "quay-keys", "key": "psk"});
+    let mut fast = with_key.clone();
     fast["dropins"] = json!([{"configMap": {"name": "fast", "key": "fast.yaml"}}]);
     patch_spec(&client, &ns, "clair", fast).await?;
     let refused = wait_clair(

@@ -519,16 +519,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn another_class_is_not_served_and_the_older_ingress_keeps_a_path() {
-        let mut other = clairs("600", false);
-        other.spec.as_mut().unwrap().ingress_class_name = Some("traefik".to_string());
+    /// An Ingress `newer` for the same paths, an hour after [`clairs`]'s, with 30 s.
+    fn newer() -> Ingress {
         let mut newer = clairs("30", false);
         newer.metadata.name = Some("newer".to_string());
         newer.metadata.creation_timestamp =
             Some(serde_json::from_value(json!("2026-12-02T11:00:00Z")).unwrap());
+        newer
+    }
+
+    #[test]
+    fn another_class_is_not_served_and_the_older_ingress_keeps_a_path() {
+        let mut other = clairs("600", false);
+        other.spec.as_mut().unwrap().ingress_class_name = Some("traefik".to_string());
         let rendered = render(
-            &snapshot(vec![newer, other.clone()]),
+            &snapshot(vec![newer(), other.clone()]),
             listen(),
             "/r".as_ref(),
         );
@@ -544,11 +549,7 @@ mod tests {
             "proxy_read_timeout 30s;"
         ));
         other.spec.as_mut().unwrap().ingress_class_name = None;
-        let mut newer = clairs("30", false);
-        newer.metadata.name = Some("newer".to_string());
-        newer.metadata.creation_timestamp =
-            Some(serde_json::from_value(json!("2026-12-02T11:00:00Z")).unwrap());
-        let rendered = render(&snapshot(vec![newer, other]), listen(), "/r".as_ref());
+        let rendered = render(&snapshot(vec![newer(), other]), listen(), "/r".as_ref());
         assert!(block_has(
             &rendered.config,
             "/indexer/",
