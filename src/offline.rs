@@ -174,6 +174,7 @@ impl Observer for Offline<'_> {
     ) -> probes::Outcome {
         probes::Outcome::Checked(Ok(Probed {
             max_connections: None,
+            undelivered: None,
         }))
     }
 

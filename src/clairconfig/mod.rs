@@ -10,6 +10,7 @@ mod validate;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+pub(crate) use validate::parse_go_duration;
 pub use validate::{Problem, validate};
 
 use crate::api::ServiceKind;

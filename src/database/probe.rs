@@ -41,7 +41,38 @@ pub struct Failure {
 pub struct Probed {
     /// The server's `max_connections`.
     pub max_connections: Option<u32>,
+    /// For a notifier's database (asked with [`ProbeOptions::notifications`]): its
+    /// notifications not delivered yet. `None` when not asked, or before Clair's migrations
+    /// made the table.
+    pub undelivered: Option<Undelivered>,
 }
+
+/// The notifier's notifications not delivered yet, from its own `receipt` table (what it
+/// means: `machine::notifications`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Undelivered {
+    pub count: u64,
+    /// The oldest of them (`None` when there is none).
+    pub oldest: Option<Oldest>,
+}
+
+/// When the oldest undelivered notification was created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oldest {
+    /// Its age by the database's clock (what is judged: no skew with the operator's).
+    pub age: Duration,
+    /// Its creation time (what the message says: it stays the same from one check to the
+    /// next, so a failing Clair's status is not rewritten at every check).
+    pub created: k8s_openapi::jiff::Timestamp,
+}
+
+
+/// The notifier's receipts still waiting for a delivery (`created`, or `delivery_failed`
+/// should a later Clair set it), the age of the oldest in seconds and its creation time.
+const UNDELIVERED: &str = "SELECT count(*), \
+     COALESCE(EXTRACT(EPOCH FROM now() - min(ts)), 0)::bigint, \
+     COALESCE(EXTRACT(EPOCH FROM min(ts)), 0)::bigint \
+     FROM receipt WHERE status IN ('created', 'delivery_failed')";
 
 /// Settings of a check.
 #[derive(Clone, Copy, Debug)]
@@ -49,6 +80,8 @@ pub struct ProbeOptions {
     pub connect_timeout: Duration,
     /// Extra attempts after a transient failure.
     pub retries: usize,
+    /// Also count the notifier's undelivered notifications (its database only).
+    pub notifications: bool,
 }
 
 impl Default for ProbeOptions {
@@ -56,6 +89,7 @@ impl Default for ProbeOptions {
         Self {
             connect_timeout: Duration::from_secs(5),
             retries: 2,
+            notifications: false,
         }
     }
 }
@@ -76,7 +110,7 @@ pub async fn probe_settings(
     options: ProbeOptions,
     trusted: &[CertificateDer<'static>],
 ) -> Result<Probed, Failure> {
-    let attempt = || probe_once(settings, options.connect_timeout, trusted);
+    let attempt = || probe_once(settings, options, trusted);
     attempt
         .retry(
             ExponentialBuilder::default()
@@ -98,9 +132,10 @@ static PROBES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCUR
 
 async fn probe_once(
     settings: &ConnSettings,
-    timeout: Duration,
+    options: ProbeOptions,
     trusted: &[CertificateDer<'static>],
 ) -> Result<Probed, Failure> {
+    let timeout = options.connect_timeout;
     let misconfigured = |message: String| Failure {
         kind: FailureKind::Misconfigured,
         message,
@@ -149,7 +184,14 @@ async fn probe_once(
             .await
             .map_err(classify)?;
         let max_connections = row.get::<_, String>(0).parse().ok();
-        Ok(Probed { max_connections })
+        let undelivered = match options.notifications {
+            true => undelivered(&client).await,
+            false => None,
+        };
+        Ok(Probed {
+            max_connections,
+            undelivered,
+        })
     };
     tokio::time::timeout(timeout * 2, exchange)
         .await
@@ -167,6 +209,30 @@ async fn probe_once(
             },
             ..f
         })
+}
+
+/// The notifier's undelivered notifications; `None` when its table is not there yet or
+/// cannot be read (the connection check itself succeeded: that stands).
+async fn undelivered(client: &tokio_postgres::Client) -> Option<Undelivered> {
+    let exists = client
+        .query_one("SELECT to_regclass('receipt') IS NOT NULL", &[])
+        .await
+        .ok()?
+        .get::<_, bool>(0);
+    if !exists {
+        return None;
+    }
+    let row = client.query_one(UNDELIVERED, &[]).await.ok()?;
+    let count = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+    let age = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+    let created = k8s_openapi::jiff::Timestamp::from_second(row.get::<_, i64>(2)).ok()?;
+    Some(Undelivered {
+        count,
+        oldest: (count > 0).then(|| Oldest {
+            age: Duration::from_secs(age),
+            created,
+        }),
+    })
 }
 
 fn classify(error: &tokio_postgres::Error, password: &str) -> Failure {

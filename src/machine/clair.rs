@@ -57,6 +57,9 @@ pub struct ClairSnapshot {
     /// Who runs the updaters and how their runs went. Reported only: it does not move the
     /// phase.
     pub updaters: super::updaters::UpdatersObservation,
+    /// Whether the notifier's notifications are delivered. Reported only: it does not move
+    /// the phase.
+    pub deliveries: super::notifications::DeliveriesObservation,
 }
 
 /// The steps of a move from one Clair version to another: `clairctl admin pre` (a Job)
@@ -186,6 +189,7 @@ pub fn decide(
     let to = next(from, class);
     let mut wanted = conditions(to, class, snapshot);
     wanted.push(super::updaters::condition(&snapshot.updaters, now));
+    wanted.extend(super::notifications::condition(&snapshot.deliveries));
     let held_back = matches!(
         class,
         ClairClass::ConfigMissing | ClairClass::ConfigInvalid | ClairClass::DatabaseUnreachable

@@ -21,6 +21,8 @@ pub enum ConditionType {
     RoutingReady,
     Upgrading,
     UpdatersReady,
+    /// Whether the notifier's notifications reach their receiver (none without a notifier).
+    NotificationsDelivered,
     /// Present only while another writer fights the operator over an owned object.
     Contested,
 }
@@ -99,6 +101,10 @@ pub enum Reason {
     UpdaterFailed,
     VulnerabilityDataStale,
     UpdatersSucceeded,
+    // NotificationsDelivered (Clair)
+    DeliveriesSucceeding,
+    DeliveriesFailing,
+    DeliveriesNotChecked,
     // An Event only: a resource the operator cannot decode.
     SpecUnreadable,
     // Contested: another writer keeps changing a field the operator owns.
@@ -143,7 +149,10 @@ impl Reason {
             | Reason::UpdatersNotRunYet
             | Reason::UpdaterFailed
             | Reason::VulnerabilityDataStale
-            | Reason::UpdatersSucceeded => Phase::Available,
+            | Reason::UpdatersSucceeded
+            | Reason::DeliveriesSucceeding
+            | Reason::DeliveriesFailing
+            | Reason::DeliveriesNotChecked => Phase::Available,
             Reason::UpgradePreparing | Reason::UpgradeRolling | Reason::UpgradeFinishing => {
                 Phase::Upgrading
             }

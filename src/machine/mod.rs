@@ -8,6 +8,7 @@
 pub mod clair;
 pub mod conditions;
 pub mod diagram;
+pub mod notifications;
 pub mod observation;
 pub mod service;
 pub mod table;

@@ -154,6 +154,7 @@ fn clair_example(class: ClairClass) -> ClairSnapshot {
         routing: RoutingObservation::Disabled,
         upgrade: UpgradeObservation::None,
         updaters: crate::machine::updaters::UpdatersObservation::InMatcher,
+        deliveries: crate::machine::notifications::DeliveriesObservation::Off,
     };
     let reachable = DatabaseObservation::Reachable;
     let upgrading = |upgrade: UpgradeObservation, children| ClairSnapshot {
@@ -650,6 +651,7 @@ fn clair_snapshot_strategy() -> impl Strategy<Value = ClairSnapshot> {
                 },
                 upgrade,
                 updaters: crate::machine::updaters::UpdatersObservation::InMatcher,
+                deliveries: crate::machine::notifications::DeliveriesObservation::Off,
             },
         )
 }

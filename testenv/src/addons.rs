@@ -7,7 +7,8 @@
 //! and gRPC in, the query API out, spans kept in memory). metrics-server, KEDA and Jaeger are
 //! built by their `tools/` scripts from the Go module proxy and cached. They listen on the
 //! node's address (the apiserver reaches the aggregated servers at their Endpoints there);
-//! they send nothing off the machine.
+//! they send nothing off the machine. Beside them, the ingress stand-in (`router`: Debian's
+//! nginx configured from the cluster's Ingresses).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use crate::binaries::{jaeger_binary, keda_dir, metrics_server_binary};
 use crate::controlplane::free_ports;
 use crate::host::NODE_IP;
 use crate::process::{Process, wait_while_running};
+use crate::router::Router;
 use crate::{Error, Result, io_error};
 
 /// The built parts, found (or built) before the host is changed.
@@ -63,6 +65,7 @@ pub struct Addons {
     _discovery: Discovery,
     prometheus_url: String,
     collector: Collector,
+    router: Router,
 }
 
 /// Jaeger's addresses.
@@ -236,6 +239,8 @@ impl Addons {
         ]);
         processes.push(Process::spawn_command("keda-webhooks", webhooks, &logs)?);
 
+        let router = Router::start(inputs.admin_kubeconfig, &dir.join("router"), &logs)?;
+
         let ca = BASE64.encode(inputs.ca_cert.as_bytes());
         let objects = registrations(&ca, metrics_port, adapter_port, webhook_port);
         Ok((
@@ -244,6 +249,7 @@ impl Addons {
                 _discovery: discovery,
                 prometheus_url,
                 collector,
+                router,
             },
             objects,
         ))
@@ -264,8 +270,14 @@ impl Addons {
         &self.collector
     }
 
+    /// The ingress stand-in.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
     /// Fails with the end of its log when an add-on has exited.
     pub fn check_running(&mut self) -> Result<()> {
+        self.router.check_running()?;
         self.processes
             .iter_mut()
             .try_for_each(Process::check_running)

@@ -147,11 +147,40 @@ pub fn alpine_version(i: usize, seed: u64) -> String {
 /// and kind). Records of one updater share their reference: Clair imports them as one
 /// update operation (a reference per record would make one operation each).
 pub fn alpine_vulnerability(updater: &str, name: &str, package: &str, fixed: &str) -> String {
+    alpine_vulnerability_in(&Operation::FIRST, updater, name, package, fixed)
+}
+
+/// An update operation of `clairctl export-updaters`: `clairctl import-updaters` skips an
+/// operation whose fingerprint the updater's latest one already has.
+pub struct Operation {
+    pub fingerprint: &'static str,
+    pub reference: &'static str,
+}
+
+impl Operation {
+    pub const FIRST: Operation = Operation {
+        fingerprint: "fp-1",
+        reference: "0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d01",
+    };
+    pub const SECOND: Operation = Operation {
+        fingerprint: "fp-2",
+        reference: "0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d02",
+    };
+}
+
+/// As [`alpine_vulnerability`], in update operation `operation`.
+pub fn alpine_vulnerability_in(
+    operation: &Operation,
+    updater: &str,
+    name: &str,
+    package: &str,
+    fixed: &str,
+) -> String {
     let record = serde_json::json!({
         "Updater": updater,
-        "Fingerprint": "fp-1",
+        "Fingerprint": operation.fingerprint,
         "Date": "2026-11-29T00:00:00Z",
-        "Ref": "0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d01",
+        "Ref": operation.reference,
         "Kind": "vulnerability",
         "Vuln": {
             "updater": updater,

@@ -52,10 +52,34 @@ pub struct Seen {
     pub errors: Vec<String>,
 }
 
-struct Inner {
+/// Quay's two settings for Clair.
+struct Settings {
     key: Vec<u8>,
     endpoint: String,
+}
+
+struct Inner {
+    settings: Mutex<Settings>,
+    /// How the worker reaches the endpoint.
+    agent: ureq::Agent,
     seen: Mutex<Seen>,
+}
+
+impl Inner {
+    fn settings(&self) -> (Vec<u8>, String) {
+        let settings = self.settings.lock().unwrap_or_else(|e| e.into_inner());
+        (settings.key.clone(), settings.endpoint.clone())
+    }
+}
+
+fn settings(psk_base64: &str, endpoint: &str) -> Result<Settings, String> {
+    let key = STANDARD
+        .decode(psk_base64.trim())
+        .map_err(|e| format!("SECURITY_SCANNER_V4_PSK is not base64: {e}"))?;
+    Ok(Settings {
+        key,
+        endpoint: endpoint.trim_end_matches('/').to_string(),
+    })
 }
 
 /// A Quay's notification endpoint and worker, listening on `bind`.
@@ -68,12 +92,26 @@ impl QuayReceiver {
     /// Listens on `bind` (the node's address, for Clair's pods; loopback in unit tests), with
     /// Quay's `SECURITY_SCANNER_V4_PSK` and `SECURITY_SCANNER_V4_ENDPOINT`.
     pub async fn start(bind: SocketAddr, psk_base64: &str, endpoint: &str) -> Result<Self, String> {
-        let key = STANDARD
-            .decode(psk_base64.trim())
-            .map_err(|e| format!("SECURITY_SCANNER_V4_PSK is not base64: {e}"))?;
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(std::time::Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        Self::start_with(bind, psk_base64, endpoint, agent).await
+    }
+
+    /// As [`QuayReceiver::start`], the worker's requests sent by `agent` (one that resolves
+    /// the endpoint's host to the ingress stand-in and trusts its certificate; it must
+    /// return answers of any status).
+    pub async fn start_with(
+        bind: SocketAddr,
+        psk_base64: &str,
+        endpoint: &str,
+        agent: ureq::Agent,
+    ) -> Result<Self, String> {
         let inner = Arc::new(Inner {
-            key,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            settings: Mutex::new(settings(psk_base64, endpoint)?),
+            agent,
             seen: Mutex::default(),
         });
         let app = Router::new()
@@ -90,6 +128,17 @@ impl QuayReceiver {
     /// Quay's base URL, as `spec.quay.url` names it.
     pub fn url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// Quay reconfigured: a new key and endpoint, for the deliveries and pages from now on.
+    pub fn configure(&self, psk_base64: &str, endpoint: &str) -> Result<(), String> {
+        let next = settings(psk_base64, endpoint)?;
+        *self
+            .inner
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = next;
+        Ok(())
     }
 
     /// What it saw so far.
@@ -120,7 +169,7 @@ async fn deliver(
     let Some(token) = token else {
         return refuse(StatusCode::UNAUTHORIZED, "no Bearer token".to_string());
     };
-    if let Err(why) = verify(token, &inner.key, &["nbf", "iat", "exp"]) {
+    if let Err(why) = verify(token, &inner.settings().0, &["nbf", "iat", "exp"]) {
         return refuse(StatusCode::UNAUTHORIZED, why);
     }
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -141,7 +190,8 @@ async fn deliver(
 
 /// Quay's worker: every page through the endpoint, the `added` entries kept, then a delete.
 fn work(inner: &Inner, id: &str) {
-    let base = format!("{}/notifier/api/v1/notification/{id}", inner.endpoint);
+    let (key, endpoint) = inner.settings();
+    let base = format!("{endpoint}/notifier/api/v1/notification/{id}");
     let mut added = Vec::new();
     let mut next: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -149,7 +199,7 @@ fn work(inner: &Inner, id: &str) {
         if let Some(next) = &next {
             url.push_str(&format!("&next={next}"));
         }
-        let page = match call("GET", &url, &inner.key) {
+        let page = match call(&inner.agent, "GET", &url, &key) {
             Ok(page) => page,
             Err(e) => {
                 lock(&inner.seen).errors.push(e);
@@ -173,7 +223,7 @@ fn work(inner: &Inner, id: &str) {
             .filter(|n| !n.is_empty() && *n != "-1")
             .map(str::to_string);
         if next.is_none() {
-            let deleted = call("DELETE", &base, &inner.key);
+            let deleted = call(&inner.agent, "DELETE", &base, &key);
             let mut seen = lock(&inner.seen);
             seen.added.extend(added);
             match deleted {
@@ -189,13 +239,8 @@ fn work(inner: &Inner, id: &str) {
 }
 
 /// One request to Clair signed as Quay signs; the JSON answer (`null` for an empty body).
-fn call(method: &str, url: &str, key: &[u8]) -> Result<Value, String> {
+fn call(agent: &ureq::Agent, method: &str, url: &str, key: &[u8]) -> Result<Value, String> {
     let token = quay_token(key).map_err(|e| format!("{method} {url}: {e}"))?;
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(std::time::Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
     let authorization = format!("Bearer {token}");
     let response = match method {
         "DELETE" => agent

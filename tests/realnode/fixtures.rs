@@ -17,6 +17,8 @@ use clair_testenv::NODE_IP;
 
 /// The made-up vulnerability: busybox before 1.36.1-r5 on Alpine.
 pub const VULNERABILITY: &str = "CVE-0000-0002";
+/// Published in the data's second update operation, for the same busybox versions.
+pub const NEW_VULNERABILITY: &str = "CVE-0000-0003";
 pub const PACKAGE: &str = "busybox";
 pub const VULNERABLE_VERSION: &str = "1.36.1-r0";
 pub const FIXED_VERSION: &str = "1.36.1-r5";
@@ -49,6 +51,18 @@ fn vulnerability_export() -> String {
     clair_testenv::load::alpine_vulnerability(UPDATER, VULNERABILITY, PACKAGE, FIXED_VERSION)
 }
 
+/// The updater's next operation: the same vulnerability and a new one, which the notifier
+/// reports for the manifests indexed before.
+fn second_vulnerability_export() -> String {
+    use clair_testenv::load::{Operation, alpine_vulnerability_in};
+    [VULNERABILITY, NEW_VULNERABILITY]
+        .iter()
+        .map(|name| {
+            alpine_vulnerability_in(&Operation::SECOND, UPDATER, name, PACKAGE, FIXED_VERSION)
+        })
+        .collect()
+}
+
 /// An HTTP server on the node's address: `GET /PATH` for each file, `POST /notify` for the
 /// notifier's webhook (accepted and dropped). Stops with the test's runtime.
 pub struct FixtureServer {
@@ -78,7 +92,7 @@ impl FixtureServer {
     }
 
     /// The server every scan needs: each layer at `layers/NAME.tar`, the vulnerability
-    /// export at `export.json`, and the (empty) RHEL mapping files an air-gapped indexer
+    /// export at `export.json` (and the updater's next operation at `export-2.json`), and the (empty) RHEL mapping files an air-gapped indexer
     /// reads at `repo2cpe.json` and `name2repos.json`.
     pub async fn for_scans(layers: &[(&str, &[u8])]) -> anyhow::Result<Self> {
         Self::for_scans_with(layers, vulnerability_export()).await
@@ -89,6 +103,10 @@ impl FixtureServer {
         let mapping = br#"{"data":{}}"#.to_vec();
         let mut files = HashMap::from([
             ("export.json".to_string(), export.into_bytes()),
+            (
+                "export-2.json".to_string(),
+                second_vulnerability_export().into_bytes(),
+            ),
             ("repo2cpe.json".to_string(), mapping.clone()),
             ("name2repos.json".to_string(), mapping),
         ]);
@@ -151,12 +169,37 @@ pub async fn request_within(
     token: Option<String>,
     body: Option<String>,
 ) -> anyhow::Result<(u16, String)> {
+    let answer = send(&agent_within(timeout), method, url, token, body).await?;
+    Ok((answer.status, answer.body))
+}
+
+/// A plain client whose every answer is returned (not an error), within `timeout`.
+pub fn agent_within(timeout: std::time::Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
+/// What a server answered.
+pub struct Answer {
+    pub status: u16,
+    /// The `ETag` header, as it arrived.
+    pub etag: Option<String>,
+    pub body: String,
+}
+
+/// One request with `agent` (one that returns every answer), on a blocking thread.
+pub async fn send(
+    agent: &ureq::Agent,
+    method: &'static str,
+    url: String,
+    token: Option<String>,
+    body: Option<String>,
+) -> anyhow::Result<Answer> {
+    let agent = agent.clone();
     tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
         let auth = token.map(|t| format!("Bearer {t}"));
         let mut response = match (method, body) {
             ("POST", Some(body)) => {
@@ -176,8 +219,13 @@ pub async fn request_within(
         }
         .with_context(|| format!("{method} {url}"))?;
         let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string()?;
-        Ok((status, text))
+        let etag = response
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = response.body_mut().read_to_string()?;
+        Ok(Answer { status, etag, body })
     })
     .await?
 }

@@ -12,7 +12,9 @@ mod fixtures;
 mod forged;
 mod managed;
 mod private_ca;
+mod quay;
 mod rotation;
+mod routing;
 mod scan;
 mod study;
 mod traces;
@@ -64,6 +66,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         private_ca::a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle,
         rotation::a_rotated_ca_is_trusted_until_every_replica_serves_the_new_one,
         rotation::replicas_are_asked_which_ca_they_serve,
+        routing::the_ingress_stand_in_keeps_each_ingresss_timeout,
         traces::a_clairs_spans_and_the_operators_reach_the_collector,
         upgrade::an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answers,
     ]

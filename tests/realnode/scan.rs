@@ -1,9 +1,14 @@
-//! A `Clair` on a real node, end to end: in a namespace that enforces Pod Security
-//! `restricted`, its pods start from Clair's image (non-numeric user and all), pass their
-//! real probes and reach each other by Service DNS; the updater CronJob's pod imports
-//! vulnerability data into the matcher's database; and a manifest indexed through the
-//! indexer's Service, signed with the pre-shared key, gets a vulnerability report naming
-//! exactly the known vulnerability (and none for the fixed version).
+//! A `Clair` on a real node, end to end, wired to a Quay (`spec.quay`): in a namespace that
+//! enforces Pod Security `restricted`, its pods start from Clair's image (non-numeric user
+//! and all), pass their real probes and reach each other by Service DNS; the updater
+//! CronJob's pod imports vulnerability data into the matcher's database; a manifest indexed
+//! as Quay indexes it (through the routing host and the ingress stand-in, over TLS, signed
+//! with the key of Secret `clair-quay`, the ETag checked) gets a vulnerability report naming
+//! exactly the known vulnerability (and none for the fixed version); then the updater's next
+//! operation adds a vulnerability, the notifier's deliveries to a Quay with the wrong key
+//! fail and `NotificationsDelivered` says so, and once Quay has the Secret's key the
+//! notification is delivered once, paged through the endpoint to exactly the new
+//! vulnerability, and deleted.
 
 use std::time::Duration;
 
@@ -16,9 +21,10 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::fixtures::{
-    FIXED_VERSION, FixtureServer, Layer, PACKAGE, VULNERABILITY, VULNERABLE_VERSION, alpine_layer,
-    digest, psk_token, request,
+    FIXED_VERSION, FixtureServer, Layer, NEW_VULNERABILITY, PACKAGE, VULNERABILITY,
+    VULNERABLE_VERSION, agent_within, alpine_layer, digest, psk_token, request, send,
 };
+use crate::quay::{self, Quay};
 use crate::support::clair::{
     apply_json, condition, create_clair, external_databases, external_spec, phase_is, secret_text,
     wait_clair_within,
@@ -46,18 +52,26 @@ pub async fn restricted_namespace(env: &TestEnv, prefix: &str) -> anyhow::Result
     Ok(ns)
 }
 
+/// The indexer's settings of an air-gapped cluster: its RHEL mapping files from a local
+/// URL (Clair fetches them from the Internet otherwise, and every index fails without them).
+pub fn airgapped_indexer(server: &FixtureServer) -> String {
+    format!(
+        "indexer:\n  airgap: true\n  scanner:\n    repo:\n      rhel-repository-scanner:\n        repo2cpe_mapping_url: {}\n    package:\n      rhel_containerscanner:\n        name2repos_mapping_url: {}\n",
+        server.url("repo2cpe.json"),
+        server.url("name2repos.json"),
+    )
+}
+
 /// The drop-in users of an air-gapped cluster add: the notifier's delivery, and the
-/// indexer's RHEL mapping files from a local URL (Clair fetches them from the Internet
-/// otherwise, and every index fails without them).
+/// indexer's settings of [`airgapped_indexer`].
 pub async fn airgapped_dropin(
     client: &Client,
     ns: &str,
     server: &FixtureServer,
 ) -> anyhow::Result<()> {
     let text = format!(
-        "indexer:\n  airgap: true\n  scanner:\n    repo:\n      rhel-repository-scanner:\n        repo2cpe_mapping_url: {}\n    package:\n      rhel_containerscanner:\n        name2repos_mapping_url: {}\nnotifier:\n  webhook:\n    target: {}\n    callback: http://clair-notifier.{ns}.svc:6060/notifier/api/v1/notification/\n",
-        server.url("repo2cpe.json"),
-        server.url("name2repos.json"),
+        "{}notifier:\n  webhook:\n    target: {}\n    callback: http://clair-notifier.{ns}.svc:6060/notifier/api/v1/notification/\n",
+        airgapped_indexer(server),
         server.url("notify"),
     );
     apply_json::<ConfigMap>(
@@ -317,15 +331,17 @@ pub fn updaters_importing(server: &FixtureServer) -> Value {
 /// Runs the updater CronJob now, as an SRE would (`kubectl create job --from`), and waits
 /// for its pod to succeed.
 pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyhow::Result<()> {
-    env.kubectl_ok(
-        ns,
-        &[
-            "create",
-            "job",
-            "updaters-now",
-            "--from=cronjob/clair-updaters",
-        ],
-    )?;
+    run_updaters_as(env, client, ns, "updaters-now").await
+}
+
+/// As [`run_updaters_now`], the Job named `job`.
+pub async fn run_updaters_as(
+    env: &TestEnv,
+    client: &Client,
+    ns: &str,
+    job: &str,
+) -> anyhow::Result<()> {
+    env.kubectl_ok(ns, &["create", "job", job, "--from=cronjob/clair-updaters"])?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     eventually(
         Duration::from_secs(240),
@@ -333,7 +349,7 @@ pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyho
         || {
             let jobs = jobs.clone();
             async move {
-                let job = jobs.get("updaters-now").await?;
+                let job = jobs.get(job).await?;
                 let status = job.status.unwrap_or_default();
                 if status.failed.unwrap_or(0) > 0 {
                     bail!("the updater Job failed: {:?}", status.conditions);
@@ -345,7 +361,7 @@ pub async fn run_updaters_now(env: &TestEnv, client: &Client, ns: &str) -> anyho
     .await
     .map_err(|e| {
         let logs = env
-            .kubectl_ok(ns, &["logs", "job/updaters-now", "--all-containers"])
+            .kubectl_ok(ns, &["logs", &format!("job/{job}"), "--all-containers"])
             .unwrap_or_else(|e| format!("(no logs: {e})"));
         e.context(format!("updater logs:\n{logs}"))
     })
@@ -423,12 +439,24 @@ pub async fn vulnerability_report(
     token: &str,
     index_report: &Value,
 ) -> anyhow::Result<Value> {
+    let agent = agent_within(Duration::from_secs(30));
+    vulnerability_report_with(&agent, matcher, token, index_report).await
+}
+
+/// As [`vulnerability_report`], asked with `agent` at `base`.
+pub async fn vulnerability_report_with(
+    agent: &ureq::Agent,
+    base: &str,
+    token: &str,
+    index_report: &Value,
+) -> anyhow::Result<Value> {
     let manifest = index_report["manifest_hash"]
         .as_str()
         .context("the index report names no manifest")?;
-    let url = format!("{matcher}/matcher/api/v1/vulnerability_report/{manifest}");
+    let url = format!("{base}/matcher/api/v1/vulnerability_report/{manifest}");
     for _ in 0..60 {
-        let (status, text) = request("GET", url.clone(), Some(token.to_string()), None).await?;
+        let answer = send(agent, "GET", url.clone(), Some(token.to_string()), None).await?;
+        let (status, text) = (answer.status, answer.body);
         match status {
             200 => return Ok(serde_json::from_str(&text)?),
             202 => tokio::time::sleep(Duration::from_secs(2)).await,
@@ -472,10 +500,14 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     let fixed = alpine_layer(FIXED_VERSION)?;
     let server =
         FixtureServer::for_scans(&[("vulnerable", &vulnerable), ("fixed", &fixed)]).await?;
-    airgapped_dropin(&client, &ns, &server).await?;
+    // The Clair is Quay's: its host routed by the ingress stand-in with TLS, its notifier
+    // delivering to a receiver that does what Quay does (with a wrong key, for now).
+    let quay = Quay::prepare(env, &client, &ns).await?;
+    quay::dropin(&client, &ns, &server).await?;
     let mut spec = external_spec();
     spec["updaters"] = updaters_importing(&server);
-    create_clair(&client, &ns, "clair", spec).await?;
+    quay.wire(&mut spec);
+    create_clair(&client, &ns, "clair", spec.clone()).await?;
 
     // Available because the pods really are: Running, Ready by their real probes.
     until_available(env, &client, &ns, START, "clair Available on the real node").await?;
@@ -492,31 +524,84 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
         &format!("SELECT name FROM vuln WHERE name = '{VULNERABILITY}'"),
     )?;
     ensure!(found == VULNERABILITY, "the import did not land: {found:?}");
+    quay::first_operation_processed(env, &ns).await?;
 
-    // A real scan, as Quay runs one: index through the indexer's Service, then ask the
-    // matcher (which fetches the index report from the indexer by its Service DNS name).
-    let token = quay_token(&client, &ns).await?;
-    let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let matcher = service_url(&client, &ns, "clair-matcher").await?;
-    let (status, _) = request(
+    // A real scan, as Quay runs one, with only what Secret clair-quay tells Quay: index
+    // through the endpoint (the routing host, through the stand-in, over TLS), then ask the
+    // matcher there (which fetches the index report from the indexer by its Service DNS name).
+    let side = quay::Side::read(&client, &ns).await?;
+    ensure!(
+        side.endpoint == format!("https://{}", quay.host),
+        "Quay's endpoint should be the routing host over TLS: {}",
+        side.endpoint
+    );
+    let router = env
+        .plane
+        .addons()
+        .context("the real node runs no ingress stand-in")?
+        .router();
+    router
+        .serving(&client, &ns, "clair", Duration::from_secs(60))
+        .await?;
+    let token = side.token()?;
+    let endpoint = side.endpoint.as_str();
+    let state = format!("{endpoint}/indexer/api/v1/index_state");
+    let unsigned = send(&quay.agent, "GET", state.clone(), None, None).await?;
+    ensure!(
+        unsigned.status == 401,
+        "an unsigned request got {}, not 401",
+        unsigned.status
+    );
+    // Plain HTTP to a TLS host is redirected, as ingress-nginx does.
+    let plain = send(
+        &quay.agent,
         "GET",
-        format!("{indexer}/indexer/api/v1/index_state"),
+        format!("http://{}/indexer/api/v1/index_state", quay.host),
         None,
         None,
     )
     .await?;
-    ensure!(status == 401, "an unsigned request got {status}, not 401");
+    ensure!(
+        plain.status == 308,
+        "plain HTTP to the TLS host got {}, not 308",
+        plain.status
+    );
+    // The ETag arrives as Clair sent it: the same through the stand-in as from the Service.
+    let indexer = service_url(&client, &ns, "clair-indexer").await?;
+    let direct = send(
+        &agent_within(Duration::from_secs(30)),
+        "GET",
+        format!("{indexer}/indexer/api/v1/index_state"),
+        Some(token.clone()),
+        None,
+    )
+    .await?;
+    let routed = send(&quay.agent, "GET", state, Some(token.clone()), None).await?;
+    ensure!(
+        routed.status == 200 && routed.etag.is_some() && routed.etag == direct.etag,
+        "index_state's ETag through the stand-in {:?} ({}) should be the Service's {:?}",
+        routed.etag,
+        routed.status,
+        direct.etag
+    );
 
-    let report = index(&indexer, &token, &server.layer("vulnerable")?).await?;
-    let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
+    let (report, _etag) =
+        quay::index_as_quay(&quay.agent, endpoint, &token, &server.layer("vulnerable")?).await?;
+    let vulnerabilities = vulnerability_report_with(&quay.agent, endpoint, &token, &report).await?;
     let names = vulnerabilities_of(&vulnerabilities, PACKAGE);
     ensure!(
         names == [VULNERABILITY],
         "busybox {VULNERABLE_VERSION} should have exactly {VULNERABILITY}: {names:?}; report: {vulnerabilities}"
     );
+    let manifest = report["manifest_hash"]
+        .as_str()
+        .context("the index report names no manifest")?
+        .to_string();
 
-    let report = index(&indexer, &token, &server.layer("fixed")?).await?;
-    let vulnerabilities = vulnerability_report(&matcher, &token, &report).await?;
+    let (fixed_report, _) =
+        quay::index_as_quay(&quay.agent, endpoint, &token, &server.layer("fixed")?).await?;
+    let vulnerabilities =
+        vulnerability_report_with(&quay.agent, endpoint, &token, &fixed_report).await?;
     let packages = vulnerabilities["packages"]
         .as_object()
         .map_or(0, |p| p.len());
@@ -528,6 +613,76 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     ensure!(
         names.is_empty(),
         "busybox {FIXED_VERSION} is fixed, yet: {names:?}"
+    );
+
+    // Nothing waits to be delivered yet.
+    quay::deliveries_are(
+        &client,
+        &ns,
+        "True",
+        "DeliveriesSucceeding",
+        Duration::from_secs(120),
+    )
+    .await?;
+    // The updater's next operation adds a vulnerability to the manifest indexed: the notifier
+    // delivers, and the receiver, with a key that is not Clair's, refuses every attempt.
+    quay::import_the_next_operation(&client, &ns, &mut spec, &server).await?;
+    run_updaters_as(env, &client, &ns, "updaters-again").await?;
+    quay::receiver_sees(
+        &quay.receiver,
+        Duration::from_secs(240),
+        "a delivery refused for its key",
+        |seen| seen.refused.iter().any(|(status, _)| *status == 401),
+    )
+    .await?;
+    let message = quay::deliveries_are(
+        &client,
+        &ns,
+        "False",
+        "DeliveriesFailing",
+        Duration::from_secs(300),
+    )
+    .await?;
+    ensure!(
+        message.contains("1 notification(s) not delivered"),
+        "the condition should count the one notification: {message}"
+    );
+    // Quay given the values of Secret clair-quay: the next attempt is accepted, paged through
+    // the endpoint and deleted.
+    quay.configure_from_secret(&client, &ns).await?;
+    let seen = quay::receiver_sees(
+        &quay.receiver,
+        Duration::from_secs(180),
+        "a notification paged and deleted",
+        |seen| !seen.deleted.is_empty() || !seen.errors.is_empty(),
+    )
+    .await?;
+    let deleted_at = std::time::Instant::now();
+    quay::exactly(&seen, &manifest, NEW_VULNERABILITY)?;
+    let notification = &seen.deleted[0];
+    let status = env.postgres.sql_in(
+        &format!("{}_notifier", ns.replace('-', "_")),
+        &format!("SELECT status FROM receipt WHERE notification_id = '{notification}'"),
+    )?;
+    ensure!(
+        status.trim() == "deleted",
+        "the notifier should record notification {notification} deleted: {status:?}"
+    );
+    quay::deliveries_are(
+        &client,
+        &ns,
+        "True",
+        "DeliveriesSucceeding",
+        Duration::from_secs(120),
+    )
+    .await?;
+    // No redelivery: a whole delivery interval later, still the one delivery.
+    let interval = Duration::from_secs(65);
+    tokio::time::sleep(interval.saturating_sub(deleted_at.elapsed())).await;
+    let delivered = quay.receiver.seen().delivered;
+    ensure!(
+        delivered.len() == 1 && delivered[0] == *notification,
+        "the notification should have been delivered once: {delivered:?}"
     );
     Ok(())
 }

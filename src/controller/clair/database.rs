@@ -19,7 +19,7 @@ use crate::controller::observer::Observer;
 use crate::controller::service::observe::read;
 use crate::database::budget::Demand;
 use crate::database::connstring::{self, ConnSettings};
-use crate::database::probe::{FailureKind, ProbeOptions};
+use crate::database::probe::{FailureKind, ProbeOptions, Undelivered};
 use crate::machine::Reason;
 use crate::machine::observation::DatabaseObservation;
 use crate::render::clair::{ClairInput, ConnStrings};
@@ -39,7 +39,14 @@ pub struct DatabaseState {
     /// replaced, and the services that use it are rolled (their pooled connections still
     /// point at the old pod's address and would hang until TCP gives up).
     pub engine_pods: BTreeMap<String, String>,
+    /// The notifier's undelivered notifications, as its database's last check counted
+    /// them, or why they are not known.
+    pub deliveries: Result<Undelivered, String>,
 }
+
+/// Why a managed database's deliveries are not counted.
+const MANAGED_DELIVERIES: &str = "counted for an external database only (the operator \
+     does not connect to a managed engine): the notifier's log tells how deliveries go";
 
 /// A managed database: ready when every engine has a ready pod. `passwords`: each role's,
 /// as the passwords Secret holds them (or as they are about to be generated).
@@ -101,6 +108,7 @@ fn managed_state(
             .map(|e| (e.name.clone(), Some(max)))
             .collect(),
         engine_pods: BTreeMap::new(),
+        deliveries: Err(MANAGED_DELIVERIES.to_string()),
     }
 }
 
@@ -212,7 +220,13 @@ pub async fn external(
     // its own Clair only.
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();
+    let mut deliveries = Err("the notifier's database has not been checked yet".to_string());
     for (role, settings) in &parsed {
+        // The notifier's check also counts its undelivered notifications.
+        let options = ProbeOptions {
+            notifications: *role == ServiceKind::Notifier,
+            ..options
+        };
         let trusted = trusted.get(role).map(Vec::as_slice).unwrap_or_default();
         let key = probes::Key::new(
             input.namespace,
@@ -232,10 +246,23 @@ pub async fn external(
                 if let Some(engine) = &engine {
                     limits.insert(engine.clone(), probed.max_connections);
                 }
+                if *role == ServiceKind::Notifier {
+                    deliveries = probed.undelivered.ok_or_else(|| {
+                        "the notifier's tables are not there yet (its migrations run when \
+                         it starts)"
+                            .to_string()
+                    });
+                }
             }
             probes::Outcome::Checked(Err(failure)) => {
                 if let Some(engine) = &engine {
                     limits.entry(engine.clone()).or_insert(None);
+                }
+                if *role == ServiceKind::Notifier {
+                    deliveries = Err(
+                        "the notifier's database cannot be checked: DatabaseReady says why"
+                            .to_string(),
+                    );
                 }
                 failures.push((
                     failure_reason(failure.kind),
@@ -260,9 +287,9 @@ pub async fn external(
             engine_of.insert(*role, engine);
         }
     }
-    Ok(external_state(
-        input, &strings, &failures, engine_of, limits,
-    ))
+    let mut state = external_state(input, &strings, &failures, engine_of, limits);
+    state.deliveries = deliveries;
+    Ok(state)
 }
 
 fn external_state(
@@ -296,6 +323,7 @@ fn external_state(
         engine_of,
         limits,
         engine_pods: BTreeMap::new(),
+        deliveries: Err("the notifier's database has not been checked yet".to_string()),
     }
 }
 

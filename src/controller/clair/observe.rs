@@ -3,6 +3,7 @@
 //! its three service resources, its routing and where an upgrade stands.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::Value;
@@ -23,6 +24,7 @@ use crate::database::budget;
 use crate::database::probe::ProbeOptions;
 use crate::images;
 use crate::machine::clair::{ChildObservation, ClairSnapshot, RoutingObservation};
+use crate::machine::notifications::DeliveriesObservation;
 use crate::machine::observation::ConfigObservation;
 use crate::machine::upgrade::{self, JobState, StepJobs, Upgrade};
 use crate::render::clair::{self as render, ClairInput, ROOT_KEY};
@@ -65,6 +67,8 @@ pub struct Observed {
     pub images_allowed: bool,
     /// Who runs the updaters, and how the CronJob's runs went.
     pub updaters: crate::machine::updaters::UpdatersObservation,
+    /// Whether the notifier's notifications are delivered.
+    pub deliveries: DeliveriesObservation,
 }
 
 /// Reads everything about `input`'s `Clair` (`clair`, read fresh).
@@ -132,13 +136,17 @@ pub async fn observe(
     let root = render::root_config(input, &database.connections, &key);
     let image_refusal = source.images().refusal(&images::clair_images(input.spec));
     let images_allowed = image_refusal.is_none();
-    let config = match (image_refusal, quay_key) {
-        (Some(refusal), _) => ConfigObservation::Invalid { message: refusal },
-        (None, Some(Err(what))) => ConfigObservation::Missing {
-            what: format!("spec.quay.psk: {what}"),
-        },
+    let (config, delivery_interval) = match (image_refusal, quay_key) {
+        (Some(refusal), _) => (ConfigObservation::Invalid { message: refusal }, None),
+        (None, Some(Err(what))) => (
+            ConfigObservation::Missing {
+                what: format!("spec.quay.psk: {what}"),
+            },
+            None,
+        ),
         (None, _) => config(source, input, &root).await?,
     };
+    let deliveries = deliveries(input, &database, delivery_interval);
     let children = [
         child::<Indexer>(source, input).await?,
         child::<Matcher>(source, input).await?,
@@ -175,7 +183,31 @@ pub async fn observe(
         desired_version,
         images_allowed,
         updaters: super::updaters::observe(source, input, &super::super::now()).await?,
+        deliveries,
     })
+}
+
+/// What is known of the notifier's deliveries: none without a notifier; counted from its
+/// database, against the delivery interval of a valid config (without one, the notifier
+/// keeps the config it runs, whose interval is not read here: not judged).
+fn deliveries(
+    input: &ClairInput<'_>,
+    database: &DatabaseState,
+    interval: Option<Duration>,
+) -> DeliveriesObservation {
+    if !input.notifier_enabled() {
+        return DeliveriesObservation::Off;
+    }
+    match (&database.deliveries, interval) {
+        (Err(why), _) => DeliveriesObservation::Unchecked(why.clone()),
+        (Ok(_), None) => DeliveriesObservation::Unchecked(
+            "not judged while the config is not valid (ConfigValid says why)".to_string(),
+        ),
+        (Ok(undelivered), Some(interval)) => DeliveriesObservation::Checked {
+            undelivered: *undelivered,
+            interval,
+        },
+    }
 }
 
 impl Observed {
@@ -224,6 +256,7 @@ impl Observed {
             routing: self.routing_observation(input),
             upgrade: self.upgrade.observation.clone(),
             updaters: self.updaters.clone(),
+            deliveries: self.deliveries.clone(),
         }
     }
 
@@ -259,7 +292,8 @@ pub async fn config(
     objects: &impl ObjectSource,
     input: &ClairInput<'_>,
     root: &Value,
-) -> Result<ConfigObservation, ObserveError> {
+) -> Result<(ConfigObservation, Option<Duration>), ObserveError> {
+    let mut delivery_interval = None;
     let root = Document {
         name: format!(
             "the generated config (Secret {})",
@@ -274,7 +308,7 @@ pub async fn config(
     if let Some(tracing) = &input.spec.tracing {
         match tracing_dropin(objects, input.namespace, tracing, ROOT_KEY).await? {
             Ok(document) => dropins.push(document),
-            Err(problem) => return Ok(problem),
+            Err(problem) => return Ok((problem, None)),
         }
     }
     for (index, source) in input.spec.dropins.iter().enumerate() {
@@ -282,19 +316,25 @@ pub async fn config(
         // would be silently ignored is refused here instead.
         let key = source.key().map(|k| k.key.as_str()).unwrap_or_default();
         if !(key.ends_with(".yaml") || key.ends_with(".yaml-patch")) {
-            return Ok(ConfigObservation::Invalid {
-                message: format!(
-                    "spec.dropins[{index}]: key {key} would be ignored next to the generated \
+            return Ok((
+                ConfigObservation::Invalid {
+                    message: format!(
+                        "spec.dropins[{index}]: key {key} would be ignored next to the generated \
                      {ROOT_KEY}: name it .yaml (merge patch) or .yaml-patch (JSON patch)"
-                ),
-            });
+                    ),
+                },
+                None,
+            ));
         }
         match read(objects, input.namespace, source).await? {
             Ok(document) => dropins.push(document),
             Err(what) => {
-                return Ok(ConfigObservation::Missing {
-                    what: format!("spec.dropins[{index}]: {what}"),
-                });
+                return Ok((
+                    ConfigObservation::Missing {
+                        what: format!("spec.dropins[{index}]: {what}"),
+                    },
+                    None,
+                ));
             }
         }
     }
@@ -308,21 +348,46 @@ pub async fn config(
                 if kind == ServiceKind::Notifier
                     && let Some(problem) = notifier_delivery_missing(&snapshot.json)
                 {
-                    return Ok(ConfigObservation::Invalid { message: problem });
+                    return Ok((ConfigObservation::Invalid { message: problem }, None));
+                }
+                if kind == ServiceKind::Notifier {
+                    delivery_interval = Some(notifier_delivery_interval(&snapshot.json));
                 }
                 hashes.push(hash);
             }
             (ConfigObservation::Invalid { message }, _) => {
-                return Ok(ConfigObservation::Invalid {
-                    message: format!("in {kind} mode: {message}"),
-                });
+                return Ok((
+                    ConfigObservation::Invalid {
+                        message: format!("in {kind} mode: {message}"),
+                    },
+                    None,
+                ));
             }
-            (other, _) => return Ok(other),
+            (other, _) => return Ok((other, None)),
         }
     }
-    Ok(ConfigObservation::Valid {
-        hash: clairconfig::hash(&Value::from(hashes)),
-    })
+    Ok((
+        ConfigObservation::Valid {
+            hash: clairconfig::hash(&Value::from(hashes)),
+        },
+        delivery_interval,
+    ))
+}
+
+/// How often the notifier tries a waiting notification again: the merged config's
+/// `notifier.delivery_interval`, else Clair's default hour (under a minute is refused by the
+/// validator before this is asked).
+fn notifier_delivery_interval(merged: &str) -> Duration {
+    let hour = Duration::from_secs(3600);
+    let Ok(config) = serde_json::from_str::<Value>(merged) else {
+        return hour;
+    };
+    config
+        .pointer("/notifier/delivery_interval")
+        .and_then(Value::as_str)
+        .and_then(|text| clairconfig::parse_go_duration(text).ok())
+        .filter(|seconds| *seconds >= 60.0)
+        .map_or(hour, Duration::from_secs_f64)
 }
 
 /// Clair's notifier exits at start without a delivery method; Clair's own validation only

@@ -244,6 +244,7 @@ mod tests {
     fn ok() -> Result<Probed, Failure> {
         Ok(Probed {
             max_connections: Some(100),
+            undelivered: None,
         })
     }
 

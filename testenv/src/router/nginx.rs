@@ -61,6 +61,23 @@ pub struct Snapshot {
 pub struct Listen {
     pub http: SocketAddr,
     pub https: SocketAddr,
+    /// Loopback: `GET /generation` answers the config's generation.
+    pub status: SocketAddr,
+}
+
+impl Snapshot {
+    /// Nothing to serve yet.
+    pub fn empty(class: &str) -> Self {
+        Self {
+            class: class.to_string(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The status server's line that tells the config's generation.
+pub fn generation_line(generation: u64) -> String {
+    format!("location = /generation {{ return 200 \"{generation}\"; }}")
 }
 
 /// The config, and what was left out or ignored (for a test's failure message).
@@ -91,8 +108,14 @@ struct Server {
     certificate: Option<(PathBuf, PathBuf)>,
 }
 
-/// The nginx config serving `snapshot` on `listen`, with its working files under `dir`.
-pub fn render(snapshot: &Snapshot, listen: Listen, dir: &std::path::Path) -> Rendered {
+/// The nginx config serving `snapshot` on `listen`, with its working files under `dir`,
+/// telling `generation` on the status port.
+pub fn render(
+    snapshot: &Snapshot,
+    listen: Listen,
+    dir: &std::path::Path,
+    generation: u64,
+) -> Rendered {
     let mut report = Vec::new();
     // Host "" is the default server.
     let mut servers: BTreeMap<String, Server> = BTreeMap::new();
@@ -196,7 +219,7 @@ pub fn render(snapshot: &Snapshot, listen: Listen, dir: &std::path::Path) -> Ren
         }
     }
     Rendered {
-        config: config(&servers, listen, dir),
+        config: config(&servers, listen, dir, generation),
         report,
     }
 }
@@ -218,7 +241,12 @@ fn upstream(
     Some(format!("{}:{port}", backend.cluster_ip))
 }
 
-fn config(servers: &BTreeMap<String, Server>, listen: Listen, dir: &std::path::Path) -> String {
+fn config(
+    servers: &BTreeMap<String, Server>,
+    listen: Listen,
+    dir: &std::path::Path,
+    generation: u64,
+) -> String {
     let dir = dir.display();
     let mut out = String::new();
     // `user` is ignored unless nginx starts as root; the harness's folder is root's.
@@ -241,6 +269,12 @@ fn config(servers: &BTreeMap<String, Server>, listen: Listen, dir: &std::path::P
          \x20 proxy_set_header X-Forwarded-For $remote_addr;\n\
          \x20 proxy_set_header X-Forwarded-Proto $scheme;\n\
          \x20 proxy_set_header Connection \"\";"
+    );
+    let _ = writeln!(
+        out,
+        "  server {{\n    listen {};\n    access_log off;\n    {}\n  }}",
+        listen.status,
+        generation_line(generation)
     );
     // The default backend, unless an Ingress without a host took the default server.
     if !servers.contains_key("") {
@@ -372,6 +406,7 @@ mod tests {
         Listen {
             http: "10.77.0.1:30080".parse().unwrap(),
             https: "10.77.0.1:30443".parse().unwrap(),
+            status: "127.0.0.1:30081".parse().unwrap(),
         }
     }
 
@@ -389,6 +424,7 @@ mod tests {
             &snapshot(vec![clairs("600", false)]),
             listen(),
             "/r".as_ref(),
+            1,
         );
         let config = &rendered.config;
         assert!(
@@ -426,7 +462,7 @@ mod tests {
     fn timeouts_default_as_ingress_nginx_and_a_bad_value_is_ignored() {
         let mut plain = clairs("600", false);
         plain.metadata.annotations = None;
-        let rendered = render(&snapshot(vec![plain]), listen(), "/r".as_ref());
+        let rendered = render(&snapshot(vec![plain]), listen(), "/r".as_ref(), 1);
         let block = block(&rendered.config, "/indexer/");
         assert!(block.contains("proxy_read_timeout 60s;"), "{block}");
         assert!(block.contains("proxy_connect_timeout 5s;"), "{block}");
@@ -434,6 +470,7 @@ mod tests {
             &snapshot(vec![clairs("600s", false)]),
             listen(),
             "/r".as_ref(),
+            1,
         );
         assert!(block_has(
             &rendered.config,
@@ -460,6 +497,7 @@ mod tests {
             &snapshot(vec![clairs("600", true)]),
             listen(),
             "/r".as_ref(),
+            1,
         );
         let config = &rendered.config;
         assert!(config.contains("listen 10.77.0.1:30443 ssl;"), "{config}");
@@ -499,8 +537,9 @@ mod tests {
         let listen = Listen {
             http: "127.0.0.1:30080".parse().unwrap(),
             https: "127.0.0.1:30443".parse().unwrap(),
+            status: "127.0.0.1:30081".parse().unwrap(),
         };
-        let rendered = render(&snapshot, listen, dir.path());
+        let rendered = render(&snapshot, listen, dir.path(), 1);
         let conf = dir.path().join("nginx.conf");
         std::fs::write(&conf, &rendered.config).unwrap();
         let output = std::process::Command::new(NGINX)
@@ -536,6 +575,7 @@ mod tests {
             &snapshot(vec![newer(), other.clone()]),
             listen(),
             "/r".as_ref(),
+            1,
         );
         assert!(
             rendered.report.iter().any(|r| r.contains("class traefik")),
@@ -549,7 +589,7 @@ mod tests {
             "proxy_read_timeout 30s;"
         ));
         other.spec.as_mut().unwrap().ingress_class_name = None;
-        let rendered = render(&snapshot(vec![newer(), other]), listen(), "/r".as_ref());
+        let rendered = render(&snapshot(vec![newer(), other]), listen(), "/r".as_ref(), 1);
         assert!(block_has(
             &rendered.config,
             "/indexer/",
