@@ -445,7 +445,8 @@ pub struct ClairStatus {
     pub phase_since: Option<Time>,
     /// `Ready`, `ConfigValid`, `DatabaseReady`, `Progressing`, `Scaling`, `Degraded`, one
     /// per service (`IndexerReady`, `MatcherReady`, `NotifierReady`), `ConnectionsFit`,
-    /// `RoutingReady`, `Upgrading` and `UpdatersReady`.
+    /// `RoutingReady`, `Upgrading`, `UpdatersReady` and, with a notifier,
+    /// `NotificationsDelivered`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -32,6 +32,9 @@ pub struct Sample {
     /// For a `Clair` whose CronJob runs the updaters: its last success, failed runs kept,
     /// and when data counts as stale.
     pub updaters: Option<UpdaterSample>,
+    /// For a `Clair` whose notifier's deliveries are counted: whether they fail (its
+    /// `NotificationsDelivered` condition False, or True).
+    pub deliveries_failing: Option<bool>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +73,15 @@ impl Sampled for Clair {
                     failed_runs: u.failed_runs,
                     stale_after_seconds: u.stale_after_seconds,
                 }),
+            deliveries_failing: status
+                .into_iter()
+                .flat_map(|s| &s.conditions)
+                .find(|c| c.type_ == "NotificationsDelivered")
+                .and_then(|c| match c.status.as_str() {
+                    "True" => Some(false),
+                    "False" => Some(true),
+                    _ => None,
+                }),
         }
     }
 }
@@ -93,6 +105,7 @@ where
                 ready: status.map_or(0, |s| s.ready_replicas),
             }),
             updaters: None,
+            deliveries_failing: None,
         }
     }
 }
@@ -311,6 +324,18 @@ impl Collector for Resources {
                 Some((
                     s.labels(),
                     ConstGauge::new(s.updaters?.stale_after_seconds?),
+                ))
+            }),
+        )?;
+        family(
+            &mut encoder,
+            "notifications_failing",
+            "1 while a Clair's notifier has notifications it could not deliver for two delivery intervals (NotificationsDelivered False), 0 while it delivers; absent where not counted",
+            None,
+            samples.iter().filter_map(|s| {
+                Some((
+                    s.labels(),
+                    ConstGauge::new(i64::from(s.deliveries_failing?)),
                 ))
             }),
         )?;

@@ -91,6 +91,16 @@ pub async fn a_clair_with_quay_delivers_to_it_and_tells_quay_its_side(
         .context("status.quay")?;
     ensure!(status.endpoint == "http://clair.example.com", "{status:?}");
     ensure!(status.config_secret == "clair-quay", "{status:?}");
+    // No Clair runs on kwok, so the notifier's tables never exist: its deliveries are not
+    // counted, and the condition says so (the real node's scan test counts them).
+    let deliveries = condition(&clair, "NotificationsDelivered")
+        .context("a Clair with a notifier reports NotificationsDelivered")?;
+    ensure!(
+        deliveries.status == "Unknown"
+            && deliveries.reason == "DeliveriesNotChecked"
+            && deliveries.message.contains("tables"),
+        "{deliveries:?}"
+    );
 
     // An existing Quay's key: named but missing, the Clair waits and says which Secret;
     // once it exists, both sides use it.

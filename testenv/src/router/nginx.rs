@@ -249,7 +249,8 @@ fn config(
 ) -> String {
     let dir = dir.display();
     let mut out = String::new();
-    // `user` is ignored unless nginx starts as root; the harness's folder is root's.
+    // Workers run as nobody: a request body up to the limit stays in memory and responses
+    // are not buffered, so no worker writes into the harness's folder.
     let _ = writeln!(
         out,
         "worker_processes 1;\nerror_log stderr warn;\npid {dir}/nginx.pid;\n\
@@ -263,6 +264,7 @@ fn config(
          \x20 access_log {dir}/access.log;\n\
          \x20 gzip off;\n\
          \x20 client_max_body_size 1m;\n\
+         \x20 client_body_buffer_size 1m;\n\
          \x20 proxy_http_version 1.1;\n\
          \x20 proxy_buffering off;\n\
          \x20 proxy_set_header Host $host;\n\
