@@ -66,7 +66,6 @@ pub struct Oldest {
     pub created: k8s_openapi::jiff::Timestamp,
 }
 
-
 /// The notifier's receipts still waiting for a delivery (`created`, or `delivery_failed`
 /// should a later Clair set it), the age of the oldest in seconds and its creation time.
 const UNDELIVERED: &str = "SELECT count(*), \

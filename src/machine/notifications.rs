@@ -142,6 +142,10 @@ mod tests {
             (unknown.status, unknown.reason),
             (Status::Unknown, Reason::DeliveriesNotChecked)
         );
-        assert!(unknown.message.starts_with("not yet"), "{}", unknown.message);
+        assert!(
+            unknown.message.starts_with("not yet"),
+            "{}",
+            unknown.message
+        );
     }
 }

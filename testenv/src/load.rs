@@ -144,7 +144,7 @@ pub fn alpine_version(i: usize, seed: u64) -> String {
 /// One record of `clairctl export-updaters` output (claircore's jsonblob form), one line: the
 /// vulnerability `name` of the Alpine 3.18 package `package`, fixed in `fixed`, as the
 /// Alpine matcher compares it (distribution ID, name and pretty name; the package by name
-/// and kind). Records of one updater share their reference: Clair imports them as one
+/// and kind) and the notifier finds the manifests it affects (the whole distribution). Records of one updater share their reference: Clair imports them as one
 /// update operation (a reference per record would make one operation each).
 pub fn alpine_vulnerability(updater: &str, name: &str, package: &str, fixed: &str) -> String {
     alpine_vulnerability_in(&Operation::FIRST, updater, name, package, fixed)
@@ -191,7 +191,11 @@ pub fn alpine_vulnerability_in(
             "severity": "High",
             "normalized_severity": "High",
             "package": {"name": package, "kind": "binary"},
-            "distribution": {"did": "alpine", "name": "Alpine Linux", "version_id": "3.18", "pretty_name": "Alpine Linux v3.18"},
+            // As Clair v4.9's indexer stores the layer's distribution (`version`, where its
+            // Alpine updater writes `version_id`): the notifier's affected manifests need every
+            // field the same (claircore v1.5.48's protoRecord); the matcher compares ID, name
+            // and pretty name only.
+            "distribution": {"did": "alpine", "name": "Alpine Linux", "version": "3.18", "pretty_name": "Alpine Linux v3.18"},
             "repo": {"name": ""},
             "fixed_in_version": fixed,
         },

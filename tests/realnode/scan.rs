@@ -628,13 +628,14 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     // delivers, and the receiver, with a key that is not Clair's, refuses every attempt.
     quay::import_the_next_operation(&client, &ns, &mut spec, &server).await?;
     run_updaters_as(env, &client, &ns, "updaters-again").await?;
-    quay::receiver_sees(
+    let refused = quay::receiver_sees(
         &quay.receiver,
         Duration::from_secs(240),
         "a delivery refused for its key",
         |seen| seen.refused.iter().any(|(status, _)| *status == 401),
     )
-    .await?;
+    .await;
+    quay::with_notifier_state(env, &ns, refused)?;
     let message = quay::deliveries_are(
         &client,
         &ns,
@@ -656,7 +657,8 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
         "a notification paged and deleted",
         |seen| !seen.deleted.is_empty() || !seen.errors.is_empty(),
     )
-    .await?;
+    .await;
+    let seen = quay::with_notifier_state(env, &ns, seen)?;
     let deleted_at = std::time::Instant::now();
     quay::exactly(&seen, &manifest, NEW_VULNERABILITY)?;
     let notification = &seen.deleted[0];
