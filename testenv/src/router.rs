@@ -1,16 +1,18 @@
 //! A stand-in ingress controller for the real-node tier (issue 30): no real ingress
 //! controller builds here (`../shared/notes/clair-load.md`), so Debian's nginx, configured
-//! from the Ingress objects in the cluster, carries the requests, following ingress-nginx's
-//! documented behaviour for exactly what the operator uses ([`nginx::render`] says which).
+//! from the Ingress objects in the cluster (and the HTTPRoutes on a Gateway of its class),
+//! carries the requests, following ingress-nginx's and Gateway API's documented behaviour
+//! for exactly what the operator uses ([`nginx::render`] and [`gateway`] say which).
 //!
 //! [`Router`] runs nginx as a host process on the node's address and a poller beside it:
-//! every half second it lists the Ingresses and Services, reads the TLS Secrets the served
-//! Ingresses name, renders the config and, when it changed, has `nginx -t` check it, swaps
+//! every half second it lists the Ingresses, Services, Gateways and HTTPRoutes, reads the
+//! TLS Secrets the Ingresses name, renders the config and, when it changed, has `nginx -t` check it, swaps
 //! it in and reloads nginx (SIGHUP: in-flight requests finish on the old workers). The
 //! config also serves its generation on a loopback status port, so the poller knows when
 //! the new workers answer, and only then counts the Ingresses' versions as served
 //! ([`Router::serving`] waits for one).
 
+pub mod gateway;
 pub mod nginx;
 
 use std::collections::BTreeMap;
@@ -38,7 +40,8 @@ const POLL: Duration = Duration::from_millis(500);
 /// What the poller last put in service.
 #[derive(Debug, Default)]
 struct Served {
-    /// The resourceVersion of each Ingress the running config was made from.
+    /// The resourceVersion of each Ingress (by namespace and name) and HTTPRoute (by
+    /// `HTTPRoute/namespace` and name) the running config was made from.
     versions: BTreeMap<(String, String), String>,
     /// What the translation left out or ignored.
     report: Vec<String>,
@@ -163,22 +166,69 @@ impl Router {
     ) -> Result<()> {
         let ingresses: Api<Ingress> = Api::namespaced(client.clone(), namespace);
         let key = (namespace.to_string(), name.to_string());
+        self.serving_version(&key, within, || {
+            let ingresses = ingresses.clone();
+            async move {
+                Ok(ingresses
+                    .get_opt(name)
+                    .await?
+                    .and_then(|i| i.metadata.resource_version))
+            }
+        })
+        .await
+    }
+
+    /// As [`Router::serving`], for HTTPRoute `name`.
+    pub async fn serving_http_route(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        name: &str,
+        within: Duration,
+    ) -> Result<()> {
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
+            "httproutes",
+        );
+        let routes: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &resource);
+        let key = (format!("HTTPRoute/{namespace}"), name.to_string());
+        self.serving_version(&key, within, || {
+            let routes = routes.clone();
+            async move {
+                Ok(routes
+                    .get_opt(name)
+                    .await?
+                    .and_then(|r| r.metadata.resource_version))
+            }
+        })
+        .await
+    }
+
+    async fn serving_version<F, Fut>(
+        &self,
+        key: &(String, String),
+        within: Duration,
+        current: F,
+    ) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<String>>>,
+    {
+        let (namespace, name) = (&key.0, &key.1);
         let deadline = Instant::now() + within;
         loop {
-            let current = ingresses
-                .get_opt(name)
-                .await?
-                .and_then(|i| i.metadata.resource_version);
+            let current = current().await?;
             // The guard is not held across the sleep (the future stays Send).
             let timed_out = {
                 let served = self.lock();
-                if current.is_some() && served.versions.get(&key) == current.as_ref() {
+                if current.is_some() && served.versions.get(key) == current.as_ref() {
                     return Ok(());
                 }
                 (Instant::now() > deadline).then(|| {
                     format!(
                         " (the apiserver's version {current:?}, served {:?}); report: {:?}; error: {:?}",
-                        served.versions.get(&key),
+                        served.versions.get(key),
                         served.report,
                         served.error
                     )
@@ -186,7 +236,7 @@ impl Router {
             };
             if let Some(detail) = timed_out {
                 return Err(Error::Timeout {
-                    what: format!("the ingress stand-in to serve Ingress {namespace}/{name}"),
+                    what: format!("the ingress stand-in to serve {namespace}/{name}"),
                     seconds: within.as_secs(),
                     detail,
                 });
@@ -257,6 +307,26 @@ impl Drop for Router {
             let _ = poller.join();
         }
         // SIGTERM: nginx's master stops its workers (`process` does it on its drop).
+    }
+}
+
+/// Every object of Gateway API v1 kind `kind`; none where the cluster does not serve it.
+async fn gateway_api(
+    client: &kube::Client,
+    kind: &str,
+    plural: &str,
+) -> std::result::Result<Vec<kube::api::DynamicObject>, String> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
+        plural,
+    );
+    match Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource)
+        .list(&Default::default())
+        .await
+    {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(format!("list {plural}: {e}")),
     }
 }
 
@@ -521,6 +591,31 @@ impl Poller {
             }
         }
         snapshot.ingresses = ingresses;
+        // Gateway API, where its kinds are served: the Gateways of the stand-in's class and
+        // the HTTPRoutes (their versions counted like the Ingresses').
+        for gateway in gateway_api(client, "Gateway", "gateways").await? {
+            if gateway.data["spec"]["gatewayClassName"] == CLASS {
+                snapshot.gateways.insert((
+                    gateway.metadata.namespace.clone().unwrap_or_default(),
+                    gateway.metadata.name.clone().unwrap_or_default(),
+                ));
+            }
+        }
+        for route in gateway_api(client, "HTTPRoute", "httproutes").await? {
+            let value = serde_json::to_value(&route).map_err(|e| e.to_string())?;
+            if let Some(parsed) = gateway::HttpRoute::parse(&value) {
+                if let Some(version) = &route.metadata.resource_version {
+                    versions.insert(
+                        (
+                            format!("HTTPRoute/{}", parsed.namespace),
+                            parsed.name.clone(),
+                        ),
+                        version.clone(),
+                    );
+                }
+                snapshot.http_routes.push(parsed);
+            }
+        }
         Ok((snapshot, versions))
     }
 

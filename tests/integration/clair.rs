@@ -15,7 +15,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource, ResourceExt};
@@ -218,7 +217,7 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
         },
     )
     .await?;
-    install_gateway_api(&client).await?;
+    crate::support::install_gateway_api(&client).await?;
     // Picked up without a restart: the operator watches CRDs.
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
@@ -243,7 +242,8 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
     .await?;
 
     // On OpenShift, Auto picks Routes: one per path, the HTTPRoute deleted.
-    install_open_crd(&client, "route.openshift.io", "Route", "routes", None).await?;
+    crate::support::install_open_crd(&client, "route.openshift.io", "Route", "routes", None)
+        .await?;
     patch_spec(
         &client,
         &ns,
@@ -276,61 +276,6 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
     })
     .await?;
     Ok(())
-}
-
-/// Installs a minimal `httproutes.gateway.networking.k8s.io` CRD (schema left open).
-async fn install_gateway_api(client: &Client) -> anyhow::Result<()> {
-    install_open_crd(
-        client,
-        "gateway.networking.k8s.io",
-        "HTTPRoute",
-        "httproutes",
-        Some("https://github.com/kubernetes-sigs/gateway-api/pull/1538"),
-    )
-    .await
-}
-
-/// Installs a minimal CRD (schema left open) for `group`/v1 `kind` and waits until it is
-/// established. `approval`: the annotation a `*.k8s.io` group needs.
-async fn install_open_crd(
-    client: &Client,
-    group: &str,
-    kind: &str,
-    plural: &str,
-    approval: Option<&str>,
-) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = format!("{plural}.{group}");
-    let mut annotations = serde_json::Map::new();
-    if let Some(approval) = approval {
-        annotations.insert("api-approved.kubernetes.io".into(), json!(approval));
-    }
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "group": group, "scope": "Namespaced",
-            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))?;
-    crds.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    eventually(
-        Duration::from_secs(30),
-        &format!("the {kind} CRD established"),
-        || {
-            let crds = crds.clone();
-            let name = name.clone();
-            async move { Ok(crate::support::established(&crds.get(&name).await?)) }
-        },
-    )
-    .await
 }
 
 pub async fn database_failures_are_told_apart_and_nothing_rolls(

@@ -67,6 +67,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         rotation::a_rotated_ca_is_trusted_until_every_replica_serves_the_new_one,
         rotation::replicas_are_asked_which_ca_they_serve,
         routing::the_ingress_stand_in_keeps_each_ingresss_timeout,
+        routing::the_operators_http_route_reaches_each_service_through_a_gateway,
         traces::a_clairs_spans_and_the_operators_reach_the_collector,
         upgrade::an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answers,
     ]

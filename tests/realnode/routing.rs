@@ -3,7 +3,10 @@
 //! operator sets 600 s there for Quay's index requests (a unit test of render says so), and
 //! this shows the router the tier runs honours what an Ingress says. A slow upstream (a
 //! listener on the node's address answering after five seconds) sits behind two Ingresses:
-//! one allowing 2 s gets a 504, one allowing 8 s gets the answer. No wait of 600 s.
+//! one allowing 2 s gets a 504, one allowing 8 s gets the answer. No wait of 600 s. And the
+//! operator's HTTPRoute, attached to a Gateway of the stand-in's class, carries a request
+//! to each of a real Clair's three services, which answer through it as they answer at
+//! their own Services.
 
 use std::time::Duration;
 
@@ -12,8 +15,12 @@ use axum::Router;
 use clair_testenv::NODE_IP;
 use clair_testenv::router::nginx::{READ_TIMEOUT, SEND_TIMEOUT};
 
-use crate::fixtures::send;
-use crate::support::{TestEnv, eventually};
+use crate::fixtures::{FixtureServer, agent_within, send};
+use crate::scan::{
+    START, airgapped_dropin, quay_token, restricted_namespace, service_url, until_available,
+};
+use crate::support::clair::{create_clair, external_databases, external_spec};
+use crate::support::{TestEnv, eventually, install_gateway_api};
 
 /// How long the upstream takes to answer.
 const SLOW: Duration = Duration::from_secs(5);
@@ -115,5 +122,102 @@ spec:
         answer.status,
         answer.body
     );
+    Ok(())
+}
+
+pub async fn the_operators_http_route_reaches_each_service_through_a_gateway(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let router = env
+        .plane
+        .addons()
+        .context("the real node runs no ingress stand-in")?
+        .router();
+    // Gateway API's kinds (their schemas left open: the stand-in reads what it needs), and
+    // a Gateway of the stand-in's class.
+    install_gateway_api(&client).await?;
+    let ns = restricted_namespace(env, "gateway").await?;
+    let gateway = format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: public}}
+spec:
+  gatewayClassName: {}
+  listeners: [{{name: http, protocol: HTTP, port: 80}}]
+"#,
+        clair_testenv::router::CLASS
+    );
+    let applied = env.kubectl_run(&ns, &["apply", "-f", "-"], Some(&gateway))?;
+    ensure!(applied.success, "kubectl apply: {}", applied.stderr);
+
+    external_databases(env, &client, &ns).await?;
+    let server = FixtureServer::for_scans(&[]).await?;
+    airgapped_dropin(&client, &ns, &server).await?;
+    let host = format!("clair.{ns}.test");
+    let mut spec = external_spec();
+    spec["routing"] =
+        serde_json::json!({"kind": "HTTPRoute", "host": host, "gateway": {"name": "public"}});
+    create_clair(&client, &ns, "clair", spec).await?;
+    until_available(
+        env,
+        &client,
+        &ns,
+        START,
+        "clair Available behind an HTTPRoute",
+    )
+    .await?;
+    router
+        .serving_http_route(&client, &ns, "clair", Duration::from_secs(60))
+        .await?;
+
+    let token = quay_token(&client, &ns).await?;
+    let routed = router.agent(&host, None, Duration::from_secs(30))?;
+    let direct = agent_within(Duration::from_secs(30));
+    // A path only each service serves: the indexer's state, the matcher's update operations,
+    // a notification's page (none: the notifier's own answer).
+    for (service, path) in [
+        ("clair-indexer", "/indexer/api/v1/index_state"),
+        ("clair-matcher", "/matcher/api/v1/internal/update_operation"),
+        (
+            "clair-notifier",
+            "/notifier/api/v1/notification/00000000-0000-0000-0000-000000000000",
+        ),
+    ] {
+        let base = service_url(&client, &ns, service).await?;
+        let own = send(
+            &direct,
+            "GET",
+            format!("{base}{path}"),
+            Some(token.clone()),
+            None,
+        )
+        .await?;
+        let through = send(
+            &routed,
+            "GET",
+            format!("http://{host}{path}"),
+            Some(token.clone()),
+            None,
+        )
+        .await?;
+        ensure!(
+            through.status == own.status && through.body == own.body,
+            "{path} through the HTTPRoute answered {} {:?}, the Service {service} {} {:?}",
+            through.status,
+            through.body,
+            own.status,
+            own.body
+        );
+        if service == "clair-indexer" {
+            ensure!(
+                own.status == 200 && through.etag.is_some() && through.etag == own.etag,
+                "index_state: {} with ETag {:?} (the Service's {:?})",
+                through.status,
+                through.etag,
+                own.etag
+            );
+        }
+    }
     Ok(())
 }

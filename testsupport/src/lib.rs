@@ -414,6 +414,64 @@ pub struct KubectlOutcome {
     pub stderr: String,
 }
 
+/// Installs a minimal CRD (schema left open) for `group`/v1 `kind` and waits until it is
+/// established. `approval`: the annotation a `*.k8s.io` group needs.
+pub async fn install_open_crd(
+    client: &Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    approval: Option<&str>,
+) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = format!("{plural}.{group}");
+    let mut annotations = serde_json::Map::new();
+    if let Some(approval) = approval {
+        annotations.insert("api-approved.kubernetes.io".into(), serde_json::json!(approval));
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))?;
+    crds.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    eventually(
+        Duration::from_secs(30),
+        &format!("the {kind} CRD established"),
+        || {
+            let crds = crds.clone();
+            let name = name.clone();
+            async move { Ok(established(&crds.get(&name).await?)) }
+        },
+    )
+    .await
+}
+
+/// Installs minimal Gateway API v1 CRDs (schemas left open): `httproutes` and `gateways`.
+pub async fn install_gateway_api(client: &Client) -> anyhow::Result<()> {
+    for (kind, plural) in [("HTTPRoute", "httproutes"), ("Gateway", "gateways")] {
+        install_open_crd(
+            client,
+            "gateway.networking.k8s.io",
+            kind,
+            plural,
+            Some("https://github.com/kubernetes-sigs/gateway-api/pull/1538"),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 pub fn established(crd: &CustomResourceDefinition) -> bool {
     condition_true(crd, "Established")
 }

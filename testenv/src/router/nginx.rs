@@ -16,6 +16,8 @@
 //!   as ingress-nginx's parser does, and reported; the defaults 60 s, 60 s and 5 s;
 //! - `tls` hosts served over HTTPS with the named Secret's certificate, plain HTTP
 //!   redirected with 308 (`ssl-redirect`'s default);
+//! - HTTPRoutes attached to a Gateway of the stand-in's class, by Gateway API's rules
+//!   (`super::gateway`), after the Ingresses;
 //! - ingress-nginx's proxy defaults that matter to Clair: HTTP/1.1 upstream, `Host` kept,
 //!   `X-Forwarded-*` set, no buffering, no gzip (an `ETag` reaches the client as Clair sent
 //!   it), `client_max_body_size 1m`.
@@ -52,8 +54,11 @@ pub struct Snapshot {
     pub services: BTreeMap<(String, String), Backend>,
     /// The certificate and key files written for each TLS Secret, by namespace and name.
     pub certificates: BTreeMap<(String, String), (PathBuf, PathBuf)>,
-    /// The IngressClass the stand-in serves.
+    /// The IngressClass the stand-in serves, and the GatewayClass.
     pub class: String,
+    pub http_routes: Vec<super::gateway::HttpRoute>,
+    /// The Gateways of the stand-in's class, by namespace and name.
+    pub gateways: std::collections::BTreeSet<(String, String)>,
 }
 
 /// Where nginx listens.
@@ -89,20 +94,22 @@ pub struct Rendered {
 
 /// One path of one host.
 #[derive(Clone, Debug)]
-struct Route {
-    path: String,
-    exact: bool,
-    /// `ip:port`, or `None` for a 503.
-    upstream: Option<String>,
-    read: u32,
-    send: u32,
-    connect: u32,
-    /// The Ingress it came from, for the first-come rule and the report.
-    source: String,
+pub(super) struct Route {
+    pub(super) path: String,
+    pub(super) exact: bool,
+    /// `ip:port`, or `None` for [`Route::missing`].
+    pub(super) upstream: Option<String>,
+    /// The status a missing backend is answered with (ingress-nginx 503, Gateway API 500).
+    pub(super) missing: u16,
+    pub(super) read: u32,
+    pub(super) send: u32,
+    pub(super) connect: u32,
+    /// The object it came from, for the first-come rule and the report.
+    pub(super) source: String,
 }
 
 #[derive(Default)]
-struct Server {
+pub(super) struct Server {
     routes: Vec<Route>,
     /// The certificate, when a `tls` entry names this host.
     certificate: Option<(PathBuf, PathBuf)>,
@@ -198,29 +205,41 @@ pub fn render(
                     path: path.path.clone().unwrap_or_else(|| "/".to_string()),
                     exact,
                     upstream,
+                    missing: 503,
                     read,
                     send,
                     connect,
                     source: name.clone(),
                 };
-                let server = servers.entry(host.clone()).or_default();
-                match server
-                    .routes
-                    .iter()
-                    .find(|r| r.path == route.path && r.exact == route.exact)
-                {
-                    Some(first) => report.push(format!(
-                        "{name}: {host}{} is {}'s already: ignored",
-                        route.path, first.source
-                    )),
-                    None => server.routes.push(route),
-                }
+                add(&mut servers, &host, route, &mut report);
             }
         }
     }
+    super::gateway::add_routes(snapshot, &mut servers, &mut report);
     Rendered {
         config: config(&servers, listen, dir, generation),
         report,
+    }
+}
+
+/// `route` on `host`'s server, unless an earlier object has its path (the first one wins).
+pub(super) fn add(
+    servers: &mut BTreeMap<String, Server>,
+    host: &str,
+    route: Route,
+    report: &mut Vec<String>,
+) {
+    let server = servers.entry(host.to_string()).or_default();
+    match server
+        .routes
+        .iter()
+        .find(|r| r.path == route.path && r.exact == route.exact)
+    {
+        Some(first) => report.push(format!(
+            "{}: {host}{} is {}'s already: ignored",
+            route.source, route.path, first.source
+        )),
+        None => server.routes.push(route),
     }
 }
 
@@ -229,14 +248,31 @@ fn upstream(
     namespace: &str,
     service: &IngressServiceBackend,
 ) -> Option<String> {
+    let wanted = service.port.as_ref()?;
+    service_upstream(
+        snapshot,
+        namespace,
+        &service.name,
+        wanted.number,
+        wanted.name.as_deref(),
+    )
+}
+
+/// `cluster-ip:port` of Service `name`'s port `number` (or the port named `port_name`).
+pub(super) fn service_upstream(
+    snapshot: &Snapshot,
+    namespace: &str,
+    name: &str,
+    number: Option<i32>,
+    port_name: Option<&str>,
+) -> Option<String> {
     let backend = snapshot
         .services
-        .get(&(namespace.to_string(), service.name.clone()))?;
-    let wanted = service.port.as_ref()?;
-    let port = backend.ports.iter().find_map(|(name, number)| {
-        let by_number = wanted.number == Some(*number);
-        let by_name = wanted.name.is_some() && wanted.name == *name;
-        (by_number || by_name).then_some(*number)
+        .get(&(namespace.to_string(), name.to_string()))?;
+    let port = backend.ports.iter().find_map(|(name, candidate)| {
+        let by_number = number == Some(*candidate);
+        let by_name = port_name.is_some() && port_name == name.as_deref();
+        (by_number || by_name).then_some(*candidate)
     })?;
     Some(format!("{}:{port}", backend.cluster_ip))
 }
@@ -321,7 +357,7 @@ fn config(
                         );
                     }
                     None => {
-                        let _ = writeln!(out, "      return 503;");
+                        let _ = writeln!(out, "      return {};", route.missing);
                     }
                 }
                 let _ = writeln!(out, "    }}");
@@ -350,7 +386,7 @@ fn locations(route: &Route) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -379,7 +415,7 @@ mod tests {
         ingress(value)
     }
 
-    fn snapshot(ingresses: Vec<Ingress>) -> Snapshot {
+    pub(in crate::router) fn snapshot(ingresses: Vec<Ingress>) -> Snapshot {
         let mut services = BTreeMap::new();
         for (i, name) in ["clair-indexer", "clair-matcher"].iter().enumerate() {
             services.insert(
@@ -401,10 +437,11 @@ mod tests {
                 ),
             )]),
             class: "nginx".to_string(),
+            ..Default::default()
         }
     }
 
-    fn listen() -> Listen {
+    pub(in crate::router) fn listen() -> Listen {
         Listen {
             http: "10.77.0.1:30080".parse().unwrap(),
             https: "10.77.0.1:30443".parse().unwrap(),
@@ -412,7 +449,7 @@ mod tests {
         }
     }
 
-    fn block<'a>(config: &'a str, location: &str) -> &'a str {
+    pub(in crate::router) fn block<'a>(config: &'a str, location: &str) -> &'a str {
         let start = config
             .find(&format!("location {location} {{"))
             .unwrap_or_else(|| panic!("no location {location} in\n{config}"));
