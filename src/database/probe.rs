@@ -213,18 +213,22 @@ async fn probe_once(
 /// The notifier's undelivered notifications; `None` when its table is not there yet or
 /// cannot be read (the connection check itself succeeded: that stands).
 async fn undelivered(client: &tokio_postgres::Client) -> Option<Undelivered> {
+    // The database is the tenant's: whatever its `receipt` holds, nothing here panics (a
+    // wrong type is an error, read as "not known"), and the check's deadline bounds the time.
     let exists = client
         .query_one("SELECT to_regclass('receipt') IS NOT NULL", &[])
         .await
         .ok()?
-        .get::<_, bool>(0);
+        .try_get::<_, bool>(0)
+        .ok()?;
     if !exists {
         return None;
     }
     let row = client.query_one(UNDELIVERED, &[]).await.ok()?;
-    let count = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
-    let age = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-    let created = k8s_openapi::jiff::Timestamp::from_second(row.get::<_, i64>(2)).ok()?;
+    let number = |index: usize| row.try_get::<_, i64>(index).ok();
+    let count = u64::try_from(number(0)?).unwrap_or(0);
+    let age = u64::try_from(number(1)?).unwrap_or(0);
+    let created = k8s_openapi::jiff::Timestamp::from_second(number(2)?).ok()?;
     Some(Undelivered {
         count,
         oldest: (count > 0).then(|| Oldest {

@@ -51,6 +51,7 @@ struct Served {
 
 /// nginx and its poller, stopped on drop.
 pub struct Router {
+    dir: PathBuf,
     http: SocketAddr,
     https: SocketAddr,
     served: Arc<Mutex<Served>>,
@@ -136,6 +137,7 @@ impl Router {
             })
         };
         Ok(Self {
+            dir: dir.to_path_buf(),
             http: listen.http,
             https: listen.https,
             served,
@@ -143,6 +145,12 @@ impl Router {
             poller: Some(poller),
             process,
         })
+    }
+
+    /// The config nginx runs now (for a test to check what a route was given).
+    pub fn config(&self) -> Result<String> {
+        std::fs::read_to_string(self.dir.join("nginx.conf"))
+            .map_err(io_error("read the router's config"))
     }
 
     /// Plain HTTP, `NODE_IP:PORT` (a client sends the Ingress's host in `Host`).

@@ -72,6 +72,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         render::render_makes_what_a_reconcile_applies,
         quay::a_clair_with_quay_delivers_to_it_and_tells_quay_its_side,
         quay::quay_without_one_base_url_is_refused_by_the_schema,
+        quay::the_notifiers_undelivered_notifications_are_counted_from_its_receipts,
         clairconfig::the_validator_agrees_with_clair_on_the_corpus,
         clairconfig::check_config_reports_fields_and_exits_by_verdict,
         crds::crds_are_established,

@@ -222,3 +222,76 @@ pub async fn quay_without_one_base_url_is_refused_by_the_schema(
     );
     Ok(())
 }
+
+/// The notifier's undelivered notifications, as the external database's check counts them in
+/// a real PostgreSQL: nothing before Clair's tables exist, then the waiting receipts (not the
+/// delivered ones) and the oldest's age; a `receipt` a tenant shaped otherwise is "not
+/// known", never a crash.
+pub async fn the_notifiers_undelivered_notifications_are_counted_from_its_receipts(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use crate::support::clair::PASSWORD;
+    use clair_operator::database::probe::{ProbeOptions, probe};
+    let role = format!(
+        "{}_notifier",
+        env.namespace("receipts").await?.replace('-', "_")
+    );
+    env.postgres.create_role_and_database(&role, PASSWORD)?;
+    let string = env.postgres.connstring(&role, PASSWORD, &role);
+    let options = ProbeOptions {
+        notifications: true,
+        ..Default::default()
+    };
+    let check = || async {
+        probe(&string, options)
+            .await
+            .map_err(|f| anyhow::anyhow!("the check failed: {}", f.message))
+    };
+    ensure!(
+        check().await?.undelivered.is_none(),
+        "no receipt table yet: nothing counted"
+    );
+    // Clair's notifier schema (notifier/migrations/01-init.sql), the parts counted.
+    env.postgres.sql_in(
+        &role,
+        &format!(
+            "CREATE TYPE receiptstatus AS ENUM ('created', 'delivered', 'delivery_failed', 'deleted');
+             CREATE TABLE receipt (notification_id uuid PRIMARY KEY, uo_id uuid,
+                                   status receiptstatus NOT NULL, ts timestamptz, details jsonb);
+             ALTER TABLE receipt OWNER TO \"{role}\";
+             INSERT INTO receipt VALUES
+               (gen_random_uuid(), gen_random_uuid(), 'created', now() - interval '3 minutes', NULL),
+               (gen_random_uuid(), gen_random_uuid(), 'created', now(), NULL),
+               (gen_random_uuid(), gen_random_uuid(), 'delivered', now() - interval '1 hour', NULL),
+               (gen_random_uuid(), gen_random_uuid(), 'deleted', now() - interval '2 hours', NULL);"
+        ),
+    )?;
+    let undelivered = check()
+        .await?
+        .undelivered
+        .context("the receipts are counted")?;
+    let oldest = undelivered.oldest.context("the oldest waiting one")?;
+    ensure!(
+        undelivered.count == 2 && (175..240).contains(&oldest.age.as_secs()),
+        "two waiting, the oldest about three minutes old: {undelivered:?}"
+    );
+    // Not asked (another service's database): not counted.
+    let plain = probe(&string, Default::default())
+        .await
+        .map_err(|f| anyhow::anyhow!("{}", f.message))?;
+    ensure!(plain.undelivered.is_none(), "{plain:?}");
+    // A tenant's own `receipt` of another shape: the check still succeeds, nothing counted.
+    env.postgres.sql_in(
+        &role,
+        &format!(
+            "DROP TABLE receipt; CREATE TABLE receipt (status text, ts text);
+             ALTER TABLE receipt OWNER TO \"{role}\";
+             INSERT INTO receipt VALUES ('created', 'yesterday');"
+        ),
+    )?;
+    ensure!(
+        check().await?.undelivered.is_none(),
+        "a receipt table of another shape counts nothing"
+    );
+    Ok(())
+}

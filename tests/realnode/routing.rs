@@ -171,6 +171,16 @@ spec:
         .serving_http_route(&client, &ns, "clair", Duration::from_secs(60))
         .await?;
 
+    // The route's 600 s for Quay's index requests reached the gateway.
+    let config = router.config()?;
+    let server = config
+        .split("server {")
+        .find(|s| s.contains(&format!("server_name {host};")))
+        .with_context(|| format!("no server for {host} in\n{config}"))?;
+    ensure!(
+        server.matches("proxy_read_timeout 600s;").count() == 6,
+        "each of the three prefixes (two locations each) should allow 600 s:\n{server}"
+    );
     let token = quay_token(&client, &ns).await?;
     let routed = router.agent(&host, None, Duration::from_secs(30))?;
     let direct = agent_within(Duration::from_secs(30));

@@ -427,7 +427,10 @@ pub async fn install_open_crd(
     let name = format!("{plural}.{group}");
     let mut annotations = serde_json::Map::new();
     if let Some(approval) = approval {
-        annotations.insert("api-approved.kubernetes.io".into(), serde_json::json!(approval));
+        annotations.insert(
+            "api-approved.kubernetes.io".into(),
+            serde_json::json!(approval),
+        );
     }
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

@@ -320,7 +320,7 @@ pub async fn config(
                 ConfigObservation::Invalid {
                     message: format!(
                         "spec.dropins[{index}]: key {key} would be ignored next to the generated \
-                     {ROOT_KEY}: name it .yaml (merge patch) or .yaml-patch (JSON patch)"
+                         {ROOT_KEY}: name it .yaml (merge patch) or .yaml-patch (JSON patch)"
                     ),
                 },
                 None,
