@@ -19,7 +19,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use crate::binaries::{jaeger_binary, keda_dir, metrics_server_binary};
 use crate::controlplane::free_ports;
 use crate::host::NODE_IP;
-use crate::process::{Process, wait_while_running};
+use crate::process::{Background, Process, wait_while_running};
 use crate::router::Router;
 use crate::{Error, Result, io_error};
 
@@ -380,11 +380,10 @@ fn prometheus_config(discovery: &str) -> String {
 /// Prometheus's HTTP service discovery of pods: `GET /targets/PORT` lists every Running pod
 /// with a container port named `PORT`, labelled with its namespace, name, and the
 /// `app.kubernetes.io/component` and `instance` labels. Served on loopback from a thread of
-/// its own until `stop` is dropped.
+/// its own until dropped.
 struct Discovery {
     url: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: Background,
 }
 
 impl Discovery {
@@ -402,50 +401,27 @@ impl Discovery {
         );
         let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
             .map_err(|e| Error::Kubeconfig(e.to_string()))?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+        let server = Background::spawn(move || async move {
+            let Ok(config) =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await
             else {
                 return;
             };
-            runtime.block_on(async move {
-                let Ok(config) =
-                    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await
-                else {
-                    return;
-                };
-                let Ok(client) = kube::Client::try_from(config) else {
-                    return;
-                };
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                let app = axum::Router::new()
-                    .route("/targets/{port}", axum::routing::get(targets))
-                    .with_state(client);
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            });
+            let Ok(client) = kube::Client::try_from(config) else {
+                return;
+            };
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            let app = axum::Router::new()
+                .route("/targets/{port}", axum::routing::get(targets))
+                .with_state(client);
+            let _ = axum::serve(listener, app).await;
         });
         Ok(Self {
             url,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         })
-    }
-}
-
-impl Drop for Discovery {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -281,18 +281,7 @@ fn kill_pod_processes() {
 /// containerd's shims outlive containerd itself: find those of a node's containerd (its
 /// socket lives in a `clair-testenv-` folder) and kill them.
 fn kill_shims() {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+    for (pid, cmdline, _) in crate::process::processes() {
         let mut args = cmdline.split(|b| *b == 0);
         let first = args.next().unwrap_or_default();
         let ours = args.any(|arg| arg.windows(NODE_FOLDER.len()).any(|w| w == NODE_FOLDER));

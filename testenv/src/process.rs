@@ -169,3 +169,60 @@ pub(crate) fn wait_while_running(
     }
     Ok(())
 }
+
+/// A future run on a thread of its own (a current-thread runtime, so the harness's own
+/// runtime is not needed), until this is dropped: dropping it ends the future and joins
+/// the thread.
+pub(crate) struct Background {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub(crate) fn spawn<F, Fut>(task: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                tokio::select! {
+                    _ = task() => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Every process of the machine: its id, command line (NUL-separated) and `/proc` folder.
+pub(crate) fn processes() -> impl Iterator<Item = (i32, Vec<u8>, PathBuf)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flat_map(|entries| entries.flatten())
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            Some((pid, cmdline, entry.path()))
+        })
+}

@@ -27,7 +27,7 @@ use kube::Api;
 
 use crate::controlplane::free_ports;
 use crate::host::NODE_IP;
-use crate::process::Process;
+use crate::process::{Background, Process};
 use crate::{Error, Result, io_error};
 
 /// The nginx that `scripts/install-deps` installs (Debian's package).
@@ -55,9 +55,9 @@ pub struct Router {
     http: SocketAddr,
     https: SocketAddr,
     served: Arc<Mutex<Served>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    poller: Option<std::thread::JoinHandle<()>>,
-    // Dropped last: the poller signals it.
+    // Dropped before nginx: the poller signals it.
+    _poller: Background,
+    // SIGTERM on drop: nginx's master stops its workers.
     process: Process,
 }
 
@@ -107,33 +107,21 @@ impl Router {
         let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
             .map_err(|e| Error::Kubeconfig(e.to_string()))?;
         let served = Arc::new(Mutex::new(Served::default()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let poller = {
             let served = Arc::clone(&served);
             let dir = dir.to_path_buf();
-            std::thread::spawn(move || {
-                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
+            Background::spawn(move || async move {
+                let poller = Poller {
+                    dir,
+                    listen,
+                    master,
+                    served,
+                    generation: 0,
+                    config: first.config,
+                    certificates: BTreeMap::new(),
+                    certificates_changed: false,
                 };
-                runtime.block_on(async move {
-                    let poller = Poller {
-                        dir,
-                        listen,
-                        master,
-                        served,
-                        generation: 0,
-                        config: first.config,
-                        certificates: BTreeMap::new(),
-                        certificates_changed: false,
-                    };
-                    tokio::select! {
-                        _ = poller.run(kubeconfig) => {}
-                        _ = stopped => {}
-                    }
-                });
+                poller.run(kubeconfig).await
             })
         };
         Ok(Self {
@@ -141,8 +129,7 @@ impl Router {
             http: listen.http,
             https: listen.https,
             served,
-            stop: Some(stop),
-            poller: Some(poller),
+            _poller: poller,
             process,
         })
     }
@@ -174,16 +161,8 @@ impl Router {
     ) -> Result<()> {
         let ingresses: Api<Ingress> = Api::namespaced(client.clone(), namespace);
         let key = (namespace.to_string(), name.to_string());
-        self.serving_version(&key, within, || {
-            let ingresses = ingresses.clone();
-            async move {
-                Ok(ingresses
-                    .get_opt(name)
-                    .await?
-                    .and_then(|i| i.metadata.resource_version))
-            }
-        })
-        .await
+        self.serving_version(&key, within, || version_of(&ingresses, name))
+            .await
     }
 
     /// As [`Router::serving`], for HTTPRoute `name`.
@@ -194,23 +173,11 @@ impl Router {
         name: &str,
         within: Duration,
     ) -> Result<()> {
-        let resource = kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
-            "httproutes",
-        );
         let routes: Api<kube::api::DynamicObject> =
-            Api::namespaced_with(client.clone(), namespace, &resource);
+            Api::namespaced_with(client.clone(), namespace, &http_routes());
         let key = (format!("HTTPRoute/{namespace}"), name.to_string());
-        self.serving_version(&key, within, || {
-            let routes = routes.clone();
-            async move {
-                Ok(routes
-                    .get_opt(name)
-                    .await?
-                    .and_then(|r| r.metadata.resource_version))
-            }
-        })
-        .await
+        self.serving_version(&key, within, || version_of(&routes, name))
+            .await
     }
 
     async fn serving_version<F, Fut>(
@@ -308,14 +275,26 @@ impl Router {
     }
 }
 
-impl Drop for Router {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(poller) = self.poller.take() {
-            let _ = poller.join();
-        }
-        // SIGTERM: nginx's master stops its workers (`process` does it on its drop).
-    }
+/// The resourceVersion of object `name`, if it exists.
+async fn version_of<K>(api: &Api<K>, name: &str) -> Result<Option<String>>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|object| object.meta().resource_version.clone()))
+}
+
+fn http_routes() -> kube::api::ApiResource {
+    gateway_resource("HTTPRoute", "httproutes")
+}
+
+fn gateway_resource(kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
+        plural,
+    )
 }
 
 /// Every object of Gateway API v1 kind `kind`; none where the cluster does not serve it.
@@ -324,11 +303,7 @@ async fn gateway_api(
     kind: &str,
     plural: &str,
 ) -> std::result::Result<Vec<kube::api::DynamicObject>, String> {
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
-        plural,
-    );
-    match Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource)
+    match Api::<kube::api::DynamicObject>::all_with(client.clone(), &gateway_resource(kind, plural))
         .list(&Default::default())
         .await
     {
@@ -397,22 +372,11 @@ fn generation(status: SocketAddr) -> Option<u64> {
 /// one left by an earlier run would hold the ports. Workers whose master is gone have been
 /// re-parented to init; a running nginx's workers have their master as parent.
 fn sweep_orphaned_workers() {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+    for (pid, cmdline, folder) in crate::process::processes() {
         if !cmdline.starts_with(b"nginx: worker process") {
             continue;
         }
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let stat = std::fs::read_to_string(folder.join("stat")).unwrap_or_default();
         // `pid (comm) state ppid ...`: the parent after the command's closing parenthesis.
         let parent = stat
             .rsplit_once(')')

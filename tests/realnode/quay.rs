@@ -230,6 +230,19 @@ pub async fn deliveries_are(
         .unwrap_or_default())
 }
 
+/// `NotificationsDelivered` True (`DeliveriesSucceeding`) within two minutes.
+pub async fn delivering(client: &Client, ns: &str) -> anyhow::Result<()> {
+    deliveries_are(
+        client,
+        ns,
+        "True",
+        "DeliveriesSucceeding",
+        Duration::from_secs(120),
+    )
+    .await
+    .map(|_| ())
+}
+
 /// Switches the updaters' import to the data's second update operation and waits until the
 /// CronJob runs it.
 pub async fn import_the_next_operation(

@@ -247,7 +247,9 @@ fn seconds(text: &str) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::router::nginx::render;
-    use crate::router::nginx::tests::{block, listen, snapshot};
+    use crate::router::nginx::tests::{
+        block, indexer_and_matcher_reached_within_600s, listen, snapshot,
+    };
     use serde_json::json;
 
     /// The operator's HTTPRoute for Clair `clair` in `scan`, on Gateway `gw`.
@@ -289,19 +291,7 @@ mod tests {
             1,
         );
         let config = &rendered.config;
-        assert!(
-            config.contains("server_name clair.example.com;"),
-            "{config}"
-        );
-        for location in ["/indexer/", "= /indexer"] {
-            let block = block(config, location);
-            assert!(
-                block.contains("proxy_pass http://10.96.0.10:6060;"),
-                "{block}"
-            );
-            assert!(block.contains("proxy_read_timeout 600s;"), "{block}");
-        }
-        assert!(block(config, "/matcher/").contains("proxy_pass http://10.96.0.11:6060;"));
+        indexer_and_matcher_reached_within_600s(config);
         // No notifier Service: Gateway API's 500.
         assert!(block(config, "/notifier/").contains("return 500;"));
         assert_eq!(rendered.report.len(), 1, "{:?}", rendered.report);

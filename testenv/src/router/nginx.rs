@@ -449,6 +449,25 @@ pub(super) mod tests {
         }
     }
 
+    /// `config` serves `clair.example.com`, its indexer prefix (both locations) at the
+    /// indexer's cluster IP and the matcher's at the matcher's, allowing 600 s.
+    pub(in crate::router) fn indexer_and_matcher_reached_within_600s(config: &str) {
+        assert!(
+            config.contains("server_name clair.example.com;"),
+            "{config}"
+        );
+        for location in ["/indexer/", "= /indexer"] {
+            let block = block(config, location);
+            assert!(
+                block.contains("proxy_pass http://10.96.0.10:6060;"),
+                "{block}"
+            );
+            assert!(block.contains("proxy_read_timeout 600s;"), "{block}");
+            assert!(block.contains("proxy_send_timeout 600s;"), "{block}");
+        }
+        assert!(block(config, "/matcher/").contains("proxy_pass http://10.96.0.11:6060;"));
+    }
+
     pub(in crate::router) fn block<'a>(config: &'a str, location: &str) -> &'a str {
         let start = config
             .find(&format!("location {location} {{"))
@@ -466,20 +485,7 @@ pub(super) mod tests {
             1,
         );
         let config = &rendered.config;
-        assert!(
-            config.contains("server_name clair.example.com;"),
-            "{config}"
-        );
-        for location in ["/indexer/", "= /indexer"] {
-            let block = block(config, location);
-            assert!(
-                block.contains("proxy_pass http://10.96.0.10:6060;"),
-                "{block}"
-            );
-            assert!(block.contains("proxy_read_timeout 600s;"), "{block}");
-            assert!(block.contains("proxy_send_timeout 600s;"), "{block}");
-        }
-        assert!(block(config, "/matcher/").contains("proxy_pass http://10.96.0.11:6060;"));
+        indexer_and_matcher_reached_within_600s(config);
         // No notifier Service: 503, and said.
         assert!(block(config, "/notifier/").contains("return 503;"));
         assert_eq!(rendered.report.len(), 1, "{:?}", rendered.report);
