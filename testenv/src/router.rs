@@ -6,10 +6,10 @@
 //!
 //! [`Router`] runs nginx as a host process on the node's address and a poller beside it:
 //! every half second it lists the Ingresses, Services, Gateways and HTTPRoutes, reads the
-//! TLS Secrets the Ingresses name, renders the config and, when it changed, has `nginx -t` check it, swaps
-//! it in and reloads nginx (SIGHUP: in-flight requests finish on the old workers). The
-//! config also serves its generation on a loopback status port, so the poller knows when
-//! the new workers answer, and only then counts the Ingresses' versions as served
+//! TLS Secrets the Ingresses name, renders the config and, when it changed, has `nginx -t`
+//! check it, swaps it in and reloads nginx (SIGHUP: in-flight requests finish on the old
+//! workers). The config also serves its generation on a loopback status port, so the poller
+//! knows when the new workers answer, and only then counts the objects' versions as served
 //! ([`Router::serving`] waits for one).
 
 pub mod gateway;
@@ -32,7 +32,8 @@ use crate::{Error, Result, io_error};
 
 /// The nginx that `scripts/install-deps` installs (Debian's package).
 pub const NGINX: &str = "/usr/sbin/nginx";
-/// The IngressClass the stand-in serves, besides Ingresses that name none.
+/// The IngressClass the stand-in serves (besides Ingresses that name none), and the
+/// GatewayClass of the Gateways whose HTTPRoutes it serves.
 pub const CLASS: &str = "nginx";
 /// How often the cluster is read.
 const POLL: Duration = Duration::from_millis(500);
