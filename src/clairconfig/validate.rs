@@ -793,8 +793,18 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<f64, String> {
         seconds += number * scale;
         rest = &rest[unit_len..];
     }
+    // Go's durations are int64 nanoseconds: time.ParseDuration refuses anything longer,
+    // and Clair with it.
+    if seconds > GO_DURATION_MAX_SECONDS {
+        return Err(format!(
+            "{text:?} is longer than a Go duration holds (about 292 years)"
+        ));
+    }
     Ok(seconds)
 }
+
+/// The longest Go duration, in seconds (`math.MaxInt64` nanoseconds).
+pub(crate) const GO_DURATION_MAX_SECONDS: f64 = 9_223_372_036.854_775;
 
 #[cfg(test)]
 mod tests {

@@ -42,9 +42,9 @@ pub struct Probed {
     /// The server's `max_connections`.
     pub max_connections: Option<u32>,
     /// For a notifier's database (asked with [`ProbeOptions::notifications`]): its
-    /// notifications not delivered yet. `None` when not asked, or before Clair's migrations
-    /// made the table.
-    pub undelivered: Option<Undelivered>,
+    /// notifications not delivered yet, or why they could not be counted (the connection
+    /// check itself succeeded either way). `None` when not asked.
+    pub undelivered: Option<Result<Undelivered, String>>,
 }
 
 /// The notifier's notifications not delivered yet, from its own `receipt` table (what it
@@ -67,11 +67,20 @@ pub struct Oldest {
 }
 
 /// The notifier's receipts still waiting for a delivery (`created`, or `delivery_failed`
-/// should a later Clair set it), the age of the oldest in seconds and its creation time.
+/// should a later Clair set it), the age of the oldest in seconds and its creation time. A
+/// `delivery_failed` receipt's `ts` moves at every attempt: its age is its update
+/// operation's (when the notifier processed it).
 const UNDELIVERED: &str = "SELECT count(*), \
-     COALESCE(EXTRACT(EPOCH FROM now() - min(ts)), 0)::bigint, \
-     COALESCE(EXTRACT(EPOCH FROM min(ts)), 0)::bigint \
-     FROM receipt WHERE status IN ('created', 'delivery_failed')";
+     COALESCE(EXTRACT(EPOCH FROM now() - min(w.since)), 0)::bigint, \
+     COALESCE(EXTRACT(EPOCH FROM min(w.since)), 0)::bigint \
+     FROM (SELECT CASE WHEN r.status = 'delivery_failed' THEN COALESCE(u.ts, r.ts) \
+                       ELSE r.ts END AS since \
+           FROM receipt r LEFT JOIN notifier_update_operation u ON u.uo_id = r.uo_id \
+           WHERE r.status IN ('created', 'delivery_failed')) w";
+
+/// How long counting may take, apart from the connection check's own deadline: a tenant's
+/// huge (or slow) table must not turn a database that answers into an unreachable one.
+const COUNT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Settings of a check.
 #[derive(Clone, Copy, Debug)]
@@ -184,7 +193,16 @@ async fn probe_once(
             .map_err(classify)?;
         let max_connections = row.get::<_, String>(0).parse().ok();
         let undelivered = match options.notifications {
-            true => undelivered(&client).await,
+            true => Some(
+                tokio::time::timeout(COUNT_DEADLINE, undelivered(&client))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "counting them took more than {} s",
+                            COUNT_DEADLINE.as_secs()
+                        ))
+                    }),
+            ),
             false => None,
         };
         Ok(Probed {
@@ -210,26 +228,46 @@ async fn probe_once(
         })
 }
 
-/// The notifier's undelivered notifications; `None` when its table is not there yet or
-/// cannot be read (the connection check itself succeeded: that stands).
-async fn undelivered(client: &tokio_postgres::Client) -> Option<Undelivered> {
-    // The database is the tenant's: whatever its `receipt` holds, nothing here panics (a
-    // wrong type is an error, read as "not known"), and the check's deadline bounds the time.
-    let exists = client
-        .query_one("SELECT to_regclass('receipt') IS NOT NULL", &[])
+/// The notifier's undelivered notifications, or why they cannot be counted (its tables not
+/// there yet, or the query refused: the server's message and code).
+async fn undelivered(client: &tokio_postgres::Client) -> Result<Undelivered, String> {
+    let refused = |e: tokio_postgres::Error| match e.as_db_error() {
+        Some(db) => format!(
+            "counting them failed: {} ({})",
+            db.message(),
+            db.code().code()
+        ),
+        None => format!("counting them failed: {e}"),
+    };
+    // The database is the tenant's: whatever its tables hold, nothing here panics (a wrong
+    // type is an error), and the server gives up on the count before the deadline here.
+    client
+        .batch_execute("SET statement_timeout = '2s'")
         .await
-        .ok()?
+        .map_err(refused)?;
+    let exists = client
+        .query_one(
+            "SELECT to_regclass('receipt') IS NOT NULL \
+             AND to_regclass('notifier_update_operation') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(refused)?
         .try_get::<_, bool>(0)
-        .ok()?;
+        .map_err(refused)?;
     if !exists {
-        return None;
+        return Err(
+            "the notifier's tables are not there yet (its migrations run when it starts)"
+                .to_string(),
+        );
     }
-    let row = client.query_one(UNDELIVERED, &[]).await.ok()?;
-    let number = |index: usize| row.try_get::<_, i64>(index).ok();
+    let row = client.query_one(UNDELIVERED, &[]).await.map_err(refused)?;
+    let number = |index: usize| row.try_get::<_, i64>(index).map_err(refused);
     let count = u64::try_from(number(0)?).unwrap_or(0);
     let age = u64::try_from(number(1)?).unwrap_or(0);
-    let created = k8s_openapi::jiff::Timestamp::from_second(number(2)?).ok()?;
-    Some(Undelivered {
+    let created = k8s_openapi::jiff::Timestamp::from_second(number(2)?)
+        .map_err(|e| format!("counting them failed: {e}"))?;
+    Ok(Undelivered {
         count,
         oldest: (count > 0).then(|| Oldest {
             age: Duration::from_secs(age),

@@ -52,7 +52,7 @@ pub fn condition(observation: &DeliveriesObservation) -> Option<ConditionSpec> {
             interval,
         } => (undelivered, *interval),
     };
-    let grace = interval * GRACE_INTERVALS;
+    let grace = interval.saturating_mul(GRACE_INTERVALS);
     match undelivered.oldest {
         Some(oldest) if oldest.age > grace => Some(ConditionSpec::new(
             ConditionType::NotificationsDelivered,
@@ -61,8 +61,8 @@ pub fn condition(observation: &DeliveriesObservation) -> Option<ConditionSpec> {
             format!(
                 "{} notification(s) not delivered, the oldest created at {}, more than {} \
                  delivery intervals ({} each) ago: the receiver refuses them or cannot be \
-                 reached (the notifier's log names the answer); Clair keeps them and tries \
-                 again every interval",
+                 reached (the notifier's log names the answer), or the notifier is not \
+                 running (see NotifierReady); Clair keeps them and tries again every interval",
                 undelivered.count,
                 oldest
                     .created
@@ -76,9 +76,10 @@ pub fn condition(observation: &DeliveriesObservation) -> Option<ConditionSpec> {
             ConditionType::NotificationsDelivered,
             Status::True,
             Reason::DeliveriesSucceeding,
+            // No count: a busy notifier's status would change at every check.
             format!(
-                "no notification has waited more than {} delivery intervals ({} waiting)",
-                GRACE_INTERVALS, undelivered.count
+                "no notification has waited more than {GRACE_INTERVALS} delivery intervals ({} each)",
+                minutes(interval)
             ),
         )),
     }
@@ -132,6 +133,21 @@ mod tests {
         );
         let none = condition(&checked(0, None)).unwrap();
         assert_eq!(none.status, Status::True);
+    }
+
+    #[test]
+    fn an_interval_too_long_to_double_does_not_overflow() {
+        let huge = DeliveriesObservation::Checked {
+            undelivered: Undelivered {
+                count: 1,
+                oldest: Some(Oldest {
+                    age: Duration::from_secs(3600),
+                    created: "2026-12-02T19:01:05Z".parse().unwrap(),
+                }),
+            },
+            interval: Duration::MAX,
+        };
+        assert_eq!(condition(&huge).unwrap().status, Status::True);
     }
 
     #[test]

@@ -86,8 +86,9 @@ fn paths(input: &ClairInput) -> Vec<(String, String)> {
 /// How long a request through the router may take: Quay gives an index request 600 s (a
 /// large manifest's layers are fetched and scanned while it waits), and routers default to
 /// a minute. Set where the router takes it from the object: ingress-nginx's annotations, the
-/// OpenShift router's, an HTTPRoute's `timeouts.request` (Gateway API's extended feature
-/// `HTTPRouteRequestTimeout`, which the common gateways implement).
+/// OpenShift router's. Not an HTTPRoute's `timeouts.request`: Gateway API CRDs before v1.2
+/// do not have the field, the apiserver prunes it, and the operator would see its own
+/// object drift at every reconcile (docs/decisions.md).
 pub const REQUEST_TIMEOUT_SECONDS: u32 = 600;
 
 /// ingress-nginx's read and send timeouts, in seconds.
@@ -199,7 +200,6 @@ pub fn http_route(input: &ClairInput, routing: &RoutingSpec) -> DynamicObject {
             json!({
                 "matches": [{"path": {"type": "PathPrefix", "value": path}}],
                 "backendRefs": [{"name": service, "port": API_PORT}],
-                "timeouts": {"request": format!("{REQUEST_TIMEOUT_SECONDS}s")},
             })
         })
         .collect();
@@ -323,6 +323,7 @@ mod tests {
             h.data["spec"]["rules"][2]["backendRefs"][0]["name"],
             "clair-notifier"
         );
-        assert_eq!(h.data["spec"]["rules"][0]["timeouts"]["request"], "600s");
+        // Left to the Gateway's owner (pruned by Gateway API CRDs before v1.2).
+        assert!(h.data["spec"]["rules"][0].get("timeouts").is_none());
     }
 }

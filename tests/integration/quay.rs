@@ -224,14 +224,15 @@ pub async fn quay_without_one_base_url_is_refused_by_the_schema(
 }
 
 /// The notifier's undelivered notifications, as the external database's check counts them in
-/// a real PostgreSQL: nothing before Clair's tables exist, then the waiting receipts (not the
-/// delivered ones) and the oldest's age; a `receipt` a tenant shaped otherwise is "not
-/// known", never a crash.
+/// a real PostgreSQL: not before Clair's tables exist (and said so), then the waiting
+/// receipts (not the delivered ones) and the oldest's age, a failed one aged from its update
+/// operation; a `receipt` a tenant shaped otherwise is "not known" with the server's reason,
+/// never a crash, and the connection check stands.
 pub async fn the_notifiers_undelivered_notifications_are_counted_from_its_receipts(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     use crate::support::clair::PASSWORD;
-    use clair_operator::database::probe::{ProbeOptions, probe};
+    use clair_operator::database::probe::{ProbeOptions, Undelivered, probe};
     let role = format!(
         "{}_notifier",
         env.namespace("receipts").await?.replace('-', "_")
@@ -245,20 +246,27 @@ pub async fn the_notifiers_undelivered_notifications_are_counted_from_its_receip
     let check = || async {
         probe(&string, options)
             .await
-            .map_err(|f| anyhow::anyhow!("the check failed: {}", f.message))
+            .map_err(|f| anyhow::anyhow!("the check failed: {}", f.message))?
+            .undelivered
+            .context("the notifier's check counts its notifications")
     };
+    let counted: Result<Undelivered, String> = check().await?;
     ensure!(
-        check().await?.undelivered.is_none(),
-        "no receipt table yet: nothing counted"
+        counted
+            .as_ref()
+            .is_err_and(|why| why.contains("tables are not there yet")),
+        "no receipt table yet: {counted:?}"
     );
     // Clair's notifier schema (notifier/migrations/01-init.sql), the parts counted.
     env.postgres.sql_in(
         &role,
         &format!(
             "CREATE TYPE receiptstatus AS ENUM ('created', 'delivered', 'delivery_failed', 'deleted');
+             CREATE TABLE notifier_update_operation (uo_id uuid PRIMARY KEY, updater text, ts timestamptz);
              CREATE TABLE receipt (notification_id uuid PRIMARY KEY, uo_id uuid,
                                    status receiptstatus NOT NULL, ts timestamptz, details jsonb);
              ALTER TABLE receipt OWNER TO \"{role}\";
+             ALTER TABLE notifier_update_operation OWNER TO \"{role}\";
              INSERT INTO receipt VALUES
                (gen_random_uuid(), gen_random_uuid(), 'created', now() - interval '3 minutes', NULL),
                (gen_random_uuid(), gen_random_uuid(), 'created', now(), NULL),
@@ -266,32 +274,48 @@ pub async fn the_notifiers_undelivered_notifications_are_counted_from_its_receip
                (gen_random_uuid(), gen_random_uuid(), 'deleted', now() - interval '2 hours', NULL);"
         ),
     )?;
-    let undelivered = check()
-        .await?
-        .undelivered
-        .context("the receipts are counted")?;
+    let undelivered = check().await?.map_err(anyhow::Error::msg)?;
     let oldest = undelivered.oldest.context("the oldest waiting one")?;
     ensure!(
         undelivered.count == 2 && (175..240).contains(&oldest.age.as_secs()),
         "two waiting, the oldest about three minutes old: {undelivered:?}"
+    );
+    // A receipt marked failed carries the time of its last attempt: its age is its update
+    // operation's.
+    env.postgres.sql_in(
+        &role,
+        "INSERT INTO notifier_update_operation VALUES
+           ('0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d09', 'u', now() - interval '10 minutes');
+         INSERT INTO receipt VALUES (gen_random_uuid(), '0b6f2d7e-3a8c-4a51-9d6e-5f1c2b3a4d09',
+           'delivery_failed', now(), NULL);",
+    )?;
+    let undelivered = check().await?.map_err(anyhow::Error::msg)?;
+    let oldest = undelivered.oldest.context("the oldest waiting one")?;
+    ensure!(
+        undelivered.count == 3 && (595..660).contains(&oldest.age.as_secs()),
+        "three waiting, the failed one ten minutes old: {undelivered:?}"
     );
     // Not asked (another service's database): not counted.
     let plain = probe(&string, Default::default())
         .await
         .map_err(|f| anyhow::anyhow!("{}", f.message))?;
     ensure!(plain.undelivered.is_none(), "{plain:?}");
-    // A tenant's own `receipt` of another shape: the check still succeeds, nothing counted.
+    // A tenant's own `receipt` of another shape: the check still succeeds, nothing counted,
+    // and the server's reason is kept.
     env.postgres.sql_in(
         &role,
         &format!(
-            "DROP TABLE receipt; CREATE TABLE receipt (status text, ts text);
+            "DROP TABLE receipt; CREATE TABLE receipt (status text, ts text, uo_id uuid);
              ALTER TABLE receipt OWNER TO \"{role}\";
-             INSERT INTO receipt VALUES ('created', 'yesterday');"
+             INSERT INTO receipt VALUES ('created', 'yesterday', NULL);"
         ),
     )?;
+    let counted = check().await?;
     ensure!(
-        check().await?.undelivered.is_none(),
-        "a receipt table of another shape counts nothing"
+        counted
+            .as_ref()
+            .is_err_and(|why| why.starts_with("counting them failed")),
+        "a receipt table of another shape counts nothing, and says why: {counted:?}"
     );
     Ok(())
 }

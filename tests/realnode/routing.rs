@@ -6,7 +6,7 @@
 //! one allowing 2 s gets a 504, one allowing 8 s gets the answer. No wait of 600 s. And the
 //! operator's HTTPRoute, attached to a Gateway of the stand-in's class, carries a request
 //! to each of a real Clair's three services, which answer through it as they answer at
-//! their own Services.
+//! their own Services (its timeout is the Gateway owner's: `docs/quay.md`).
 
 use std::time::Duration;
 
@@ -171,16 +171,6 @@ spec:
         .serving_http_route(&client, &ns, "clair", Duration::from_secs(60))
         .await?;
 
-    // The route's 600 s for Quay's index requests reached the gateway.
-    let config = router.config()?;
-    let server = config
-        .split("server {")
-        .find(|s| s.contains(&format!("server_name {host};")))
-        .with_context(|| format!("no server for {host} in\n{config}"))?;
-    ensure!(
-        server.matches("proxy_read_timeout 600s;").count() == 6,
-        "each of the three prefixes (two locations each) should allow 600 s:\n{server}"
-    );
     let token = quay_token(&client, &ns).await?;
     let routed = router.agent(&host, None, Duration::from_secs(30))?;
     let direct = agent_within(Duration::from_secs(30));

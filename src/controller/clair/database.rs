@@ -220,7 +220,11 @@ pub async fn external(
     // its own Clair only.
     let mut limits = BTreeMap::new();
     let mut engine_of = BTreeMap::new();
-    let mut deliveries = Err("the notifier's database has not been checked yet".to_string());
+    let mut deliveries = Err(match parsed.contains_key(&ServiceKind::Notifier) {
+        true => "the notifier's database has not been checked yet",
+        false => "the notifier's connection string cannot be used: DatabaseReady says why",
+    }
+    .to_string());
     for (role, settings) in &parsed {
         // The notifier's check also counts its undelivered notifications.
         let options = ProbeOptions {
@@ -247,10 +251,8 @@ pub async fn external(
                     limits.insert(engine.clone(), probed.max_connections);
                 }
                 if *role == ServiceKind::Notifier {
-                    deliveries = probed.undelivered.ok_or_else(|| {
-                        "the notifier's tables are not there yet (its migrations run when \
-                         it starts)"
-                            .to_string()
+                    deliveries = probed.undelivered.clone().unwrap_or_else(|| {
+                        Err("the notifier's check did not count them".to_string())
                     });
                 }
             }

@@ -387,7 +387,8 @@ fn notifier_delivery_interval(merged: &str) -> Duration {
         .and_then(Value::as_str)
         .and_then(|text| clairconfig::parse_go_duration(text).ok())
         .filter(|seconds| *seconds >= 60.0)
-        .map_or(hour, Duration::from_secs_f64)
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .unwrap_or(hour)
 }
 
 /// Clair's notifier exits at start without a delivery method; Clair's own validation only
