@@ -41,16 +41,7 @@ struct Server {
     key_file: PathBuf,
     owner: Option<(u32, u32)>,
     log_dir: PathBuf,
-    max_connections: u32,
 }
-
-/// The loopback server's `max_connections` (a kwok test measures the connection budget
-/// against it).
-const MAX_CONNECTIONS: u32 = 50;
-/// The real node's: every test's Clair keeps running until the tier ends, each service with
-/// its pool, and an updater import that finds none free waits silently until its Job's
-/// deadline.
-const MAX_CONNECTIONS_REAL_NODE: u32 = 300;
 
 impl Server {
     fn command(&self) -> Command {
@@ -66,7 +57,7 @@ impl Server {
             ])
             .args([
                 "-c",
-                &format!("max_connections={}", self.max_connections),
+                "max_connections=50",
                 "-c",
                 "fsync=off",
                 "-c",
@@ -229,10 +220,6 @@ impl Postgres {
             key_file,
             owner,
             log_dir: log_dir.to_path_buf(),
-            max_connections: match from {
-                Some(_) => MAX_CONNECTIONS_REAL_NODE,
-                None => MAX_CONNECTIONS,
-            },
         };
         let process = Process::spawn_command("postgres", server.command(), log_dir)?;
         let mut postgres = Self {

@@ -128,6 +128,15 @@ spec:
 pub async fn the_operators_http_route_reaches_each_service_through_a_gateway(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
+    let ns = restricted_namespace(env, "gateway").await?;
+    let result = http_route_in(env, &ns).await;
+    // The node has two cores: the tests after this one need its Clair's CPU requests.
+    let released = crate::autoscaling::release(env, &ns).await;
+    result.and(released)
+}
+
+async fn http_route_in(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
+    let ns = ns.to_string();
     let client = env.client().await?;
     let router = env
         .plane
@@ -137,7 +146,6 @@ pub async fn the_operators_http_route_reaches_each_service_through_a_gateway(
     // Gateway API's kinds (their schemas left open: the stand-in reads what it needs), and
     // a Gateway of the stand-in's class.
     install_gateway_api(&client).await?;
-    let ns = restricted_namespace(env, "gateway").await?;
     let gateway = format!(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
