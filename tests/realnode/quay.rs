@@ -299,35 +299,32 @@ pub fn with_notifier_state<T>(
         let log = env
             .kubectl_ok(ns, &["logs", "deployment/clair-notifier", "--tail=40"])
             .unwrap_or_else(|e| format!("(no log: {e})"));
-        let database = format!("{}_notifier", ns.replace('-', "_"));
-        let receipts = env
-            .postgres
-            .sql_in(
-                &database,
-                "SELECT notification_id, uo_id, status, ts FROM receipt ORDER BY ts",
-            )
-            .unwrap_or_else(|e| format!("(no receipts: {e})"));
-        let matcher = env
-            .postgres
-            .sql_in(
-                &format!("{}_matcher", ns.replace('-', "_")),
-                "SELECT ref, updater, fingerprint, date FROM update_operation ORDER BY id",
-            )
-            .unwrap_or_else(|e| format!("(no update operations: {e})"));
-        let vulns = env
-            .postgres
-            .sql_in(
-                &format!("{}_matcher", ns.replace('-', "_")),
-                "SELECT uo.ref, v.name, v.package_name, v.dist_id, v.dist_name, v.dist_pretty_name, v.fixed_in_version FROM uo_vuln JOIN update_operation uo ON uo.id = uo_vuln.uo JOIN vuln v ON v.id = uo_vuln.vuln",
-            )
-            .unwrap_or_else(|e| format!("(no vulnerabilities: {e})"));
-        let manifests = env
-            .postgres
-            .sql_in(
-                &format!("{}_indexer", ns.replace('-', "_")),
-                "SELECT m.hash, count(mi.*) FROM manifest m LEFT JOIN manifest_index mi ON mi.manifest_id = m.id GROUP BY m.hash",
-            )
-            .unwrap_or_else(|e| format!("(no manifests: {e})"));
+        // One service's database, or why not.
+        let query = |service: &str, sql: &str, what: &str| {
+            env.postgres
+                .sql_in(&format!("{}_{service}", ns.replace('-', "_")), sql)
+                .unwrap_or_else(|e| format!("(no {what}: {e})"))
+        };
+        let receipts = query(
+            "notifier",
+            "SELECT notification_id, uo_id, status, ts FROM receipt ORDER BY ts",
+            "receipts",
+        );
+        let matcher = query(
+            "matcher",
+            "SELECT ref, updater, fingerprint, date FROM update_operation ORDER BY id",
+            "update operations",
+        );
+        let vulns = query(
+            "matcher",
+            "SELECT uo.ref, v.name, v.package_name, v.dist_id, v.dist_name, v.dist_pretty_name, v.fixed_in_version FROM uo_vuln JOIN update_operation uo ON uo.id = uo_vuln.uo JOIN vuln v ON v.id = uo_vuln.vuln",
+            "vulnerabilities",
+        );
+        let manifests = query(
+            "indexer",
+            "SELECT m.hash, count(mi.*) FROM manifest m LEFT JOIN manifest_index mi ON mi.manifest_id = m.id GROUP BY m.hash",
+            "manifests",
+        );
         e.context(format!(
             "notifier log:\n{log}\nreceipts:\n{receipts}\nthe matcher's update operations:\n{matcher}\nvulnerabilities by operation:\n{vulns}\nthe indexer's manifests:\n{manifests}"
         ))
