@@ -78,7 +78,8 @@ enum Command {
         #[arg(short = 'n', long, default_value = "default")]
         namespace: String,
         /// What the target cluster serves beyond Kubernetes itself: `route` (OpenShift
-        /// Routes), `httproute` (Gateway API), `servicemonitor` (Prometheus Operator),
+        /// Routes), `httproute` (Gateway API), `httproute-timeouts` (Gateway API v1.2
+        /// or later: HTTPRoutes carry Quay's request timeout), `servicemonitor` (Prometheus Operator),
         /// `scc` (OpenShift: pods leave their user to the platform), `scaledobject`
         /// (KEDA).
         #[arg(long, value_enum, value_delimiter = ',')]

@@ -59,6 +59,8 @@ pub struct Options {
     /// ScaledObjects.
     pub routes: bool,
     pub http_routes: bool,
+    /// Its HTTPRoute CRD keeps a rule's `timeouts` (Gateway API v1.2 and later).
+    pub http_route_timeouts: bool,
     pub service_monitors: bool,
     pub scaled_objects: bool,
     /// `--allowed-images`, as the operator would run with.
@@ -192,6 +194,7 @@ impl Observer for Offline<'_> {
             OptionalApi::ServiceMonitor => options.service_monitors,
             OptionalApi::Route => options.routes,
             OptionalApi::HttpRoute => options.http_routes,
+            OptionalApi::HttpRouteTimeouts => options.http_route_timeouts,
             OptionalApi::SecurityContextConstraints => {
                 options.users == PodUsers::AssignedByPlatform
             }
@@ -450,8 +453,11 @@ pub fn readable_secret(object: &mut Value) {
 pub enum Served {
     /// OpenShift Routes.
     Route,
-    /// Gateway API HTTPRoutes.
+    /// Gateway API HTTPRoutes (before v1.2: a rule keeps no `timeouts`).
     Httproute,
+    /// Gateway API v1.2 or later, whose HTTPRoutes keep a rule's `timeouts`: implies
+    /// `httproute`.
+    HttprouteTimeouts,
     /// Prometheus Operator ServiceMonitors.
     Servicemonitor,
     /// OpenShift's security context constraints: pods leave their user to the platform.
@@ -471,7 +477,9 @@ impl Options {
                 PodUsers::Numeric
             },
             routes: served.contains(&Served::Route),
-            http_routes: served.contains(&Served::Httproute),
+            http_routes: served.contains(&Served::Httproute)
+                || served.contains(&Served::HttprouteTimeouts),
+            http_route_timeouts: served.contains(&Served::HttprouteTimeouts),
             service_monitors: served.contains(&Served::Servicemonitor),
             scaled_objects: served.contains(&Served::Scaledobject),
             images,

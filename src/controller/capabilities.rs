@@ -1,6 +1,7 @@
 //! What the cluster serves beyond core Kubernetes (ServiceMonitors, OpenShift Routes, Gateway
-//! API HTTPRoutes, KEDA's ScaledObjects), checked through discovery, shared by every
-//! controller. The answers are forgotten when a CustomResourceDefinition changes (and after a
+//! API HTTPRoutes, KEDA's ScaledObjects), checked through discovery, and the optional fields
+//! of those APIs the installed CRD keeps (an HTTPRoute rule's `timeouts`), read from its
+//! schema; shared by every controller. The answers are forgotten when a CustomResourceDefinition changes (and after a
 //! minute in any case), so an API installed after the operator started is picked up without a
 //! restart.
 
@@ -9,7 +10,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
+};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -32,6 +35,11 @@ pub enum OptionalApi {
     SecurityContextConstraints,
     /// `keda.sh/v1alpha1` ScaledObject (KEDA): autoscaling on Clair's own metrics.
     ScaledObject,
+    /// An HTTPRoute rule's `timeouts.request`: in Gateway API's standard CRDs from v1.2 on.
+    /// Where the installed CRD lacks it the apiserver prunes it, and an object that carries
+    /// it would differ from its own apply at every reconcile: so it is read from the CRD's
+    /// schema (a `get` of that one CRD), not assumed from the version served.
+    HttpRouteTimeouts,
 }
 
 impl OptionalApi {
@@ -39,7 +47,9 @@ impl OptionalApi {
         match self {
             OptionalApi::ServiceMonitor => "monitoring.coreos.com/v1",
             OptionalApi::Route => "route.openshift.io/v1",
-            OptionalApi::HttpRoute => "gateway.networking.k8s.io/v1",
+            OptionalApi::HttpRoute | OptionalApi::HttpRouteTimeouts => {
+                "gateway.networking.k8s.io/v1"
+            }
             OptionalApi::SecurityContextConstraints => "security.openshift.io/v1",
             OptionalApi::ScaledObject => "keda.sh/v1alpha1",
         }
@@ -49,7 +59,7 @@ impl OptionalApi {
         match self {
             OptionalApi::ServiceMonitor => "servicemonitors",
             OptionalApi::Route => "routes",
-            OptionalApi::HttpRoute => "httproutes",
+            OptionalApi::HttpRoute | OptionalApi::HttpRouteTimeouts => "httproutes",
             OptionalApi::SecurityContextConstraints => "securitycontextconstraints",
             OptionalApi::ScaledObject => "scaledobjects",
         }
@@ -83,17 +93,22 @@ impl Capabilities {
         {
             return *served;
         }
-        let served = match self
-            .client
-            .list_api_group_resources(api.group_version())
-            .await
-        {
-            Ok(list) => list.resources.iter().any(|r| r.name == api.plural()),
-            // Not served: learnt. Any other failure (a timeout, a 503 while the apiserver
-            // rebuilds discovery) teaches nothing: keep the last answer, unremembered, so a
-            // passing error never flips what the operator renders (on OpenShift, the pods'
-            // users).
-            Err(kube::Error::Api(e)) if e.code == 404 => false,
+        let answer = match api {
+            OptionalApi::HttpRouteTimeouts => self.crd_keeps(api, HTTP_ROUTE_TIMEOUT).await,
+            _ => self
+                .client
+                .list_api_group_resources(api.group_version())
+                .await
+                .map(|list| list.resources.iter().any(|r| r.name == api.plural())),
+        };
+        let served = match answer {
+            Ok(served) => served,
+            // Not served: learnt. So is a CRD the operator may not read (an install whose
+            // roles predate the `get`): the field is left out, which is always safe. Any
+            // other failure (a timeout, a 503 while the apiserver rebuilds discovery)
+            // teaches nothing: keep the last answer, unremembered, so a passing error never
+            // flips what the operator renders (on OpenShift, the pods' users).
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => false,
             Err(_) => {
                 let last = self
                     .known
@@ -107,6 +122,20 @@ impl Capabilities {
             known.insert(api, (served, Instant::now()));
         }
         served
+    }
+
+    /// Whether the served version of `api`'s CRD keeps the field at `path` (see [`keeps`]).
+    async fn crd_keeps(&self, api: OptionalApi, path: &[&str]) -> Result<bool, kube::Error> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crd = crds.get(&api.crd_name()).await?;
+        let version = api.group_version().split('/').nth(1).unwrap_or_default();
+        Ok(crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.name == version && v.served)
+            .and_then(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
+            .is_some_and(|schema| keeps(schema, path)))
     }
 
     /// Who picks the pods' users on this cluster.
@@ -123,6 +152,32 @@ impl Capabilities {
         if let Ok(mut known) = self.known.lock() {
             known.clear();
         }
+    }
+}
+
+/// Where an HTTPRoute's request timeout lives: `spec.rules[].timeouts.request` (`[]` is an
+/// array's items).
+const HTTP_ROUTE_TIMEOUT: &[&str] = &["spec", "rules", "[]", "timeouts", "request"];
+
+/// Whether the apiserver keeps the field at `path` of an object of this structural schema:
+/// every step is a declared property (or, for `[]`, the array's items) until one is under
+/// `x-kubernetes-preserve-unknown-fields` without being declared, which keeps whatever is
+/// below it. Anything else is pruned.
+pub fn keeps(schema: &JSONSchemaProps, path: &[&str]) -> bool {
+    let Some((step, rest)) = path.split_first() else {
+        return true;
+    };
+    let next = if *step == "[]" {
+        match &schema.items {
+            Some(JSONSchemaPropsOrArray::Schema(items)) => Some(items.as_ref()),
+            _ => None,
+        }
+    } else {
+        schema.properties.as_ref().and_then(|p| p.get(*step))
+    };
+    match next {
+        Some(next) => keeps(next, rest),
+        None => schema.x_kubernetes_preserve_unknown_fields == Some(true),
     }
 }
 
@@ -148,4 +203,64 @@ pub fn optional_api_changes(
             }
             futures::future::ready(relevant.then_some(()))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(value: serde_json::Value) -> JSONSchemaProps {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn rule(properties: serde_json::Value) -> JSONSchemaProps {
+        schema(
+            serde_json::json!({"type": "object", "properties": {"spec": {
+                "type": "object",
+                "properties": {"rules": {"type": "array", "items": {"type": "object", "properties": properties}}},
+            }}}),
+        )
+    }
+
+    #[test]
+    fn a_declared_field_is_kept_and_an_undeclared_one_pruned() {
+        // Gateway API v1.2 and later: `timeouts.request` declared.
+        let with = rule(serde_json::json!({
+            "matches": {"type": "array"},
+            "timeouts": {"type": "object", "properties": {"request": {"type": "string"}}},
+        }));
+        assert!(keeps(&with, HTTP_ROUTE_TIMEOUT));
+        // v1.1 and before: no `timeouts` in a rule.
+        let without = rule(serde_json::json!({"matches": {"type": "array"}}));
+        assert!(!keeps(&without, HTTP_ROUTE_TIMEOUT));
+        // `timeouts` without `request` prunes it too.
+        let partial = rule(
+            serde_json::json!({"timeouts": {"type": "object", "properties": {
+            "backendRequest": {"type": "string"}}}}),
+        );
+        assert!(!keeps(&partial, HTTP_ROUTE_TIMEOUT));
+    }
+
+    #[test]
+    fn an_open_schema_keeps_what_it_does_not_declare() {
+        let open = schema(
+            serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        assert!(keeps(&open, HTTP_ROUTE_TIMEOUT));
+        // Open below a declared step: kept from there on.
+        let open_rules = schema(
+            serde_json::json!({"type": "object", "properties": {"spec": {
+                "type": "object",
+                "properties": {"rules": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+            }}}),
+        );
+        assert!(keeps(&open_rules, HTTP_ROUTE_TIMEOUT));
+        // An array whose items are not described keeps nothing beneath.
+        let bare = schema(
+            serde_json::json!({"type": "object", "properties": {"spec": {
+                "type": "object", "properties": {"rules": {"type": "array"}},
+            }}}),
+        );
+        assert!(!keeps(&bare, HTTP_ROUTE_TIMEOUT));
+    }
 }

@@ -37,6 +37,8 @@ pub fn http_route_resource() -> ApiResource {
 pub struct Served {
     pub routes: bool,
     pub http_routes: bool,
+    /// The installed HTTPRoute CRD keeps a rule's `timeouts.request` (Gateway API v1.2+).
+    pub http_route_timeouts: bool,
 }
 
 /// The kind to create, or why none can be.
@@ -86,9 +88,9 @@ fn paths(input: &ClairInput) -> Vec<(String, String)> {
 /// How long a request through the router may take: Quay gives an index request 600 s (a
 /// large manifest's layers are fetched and scanned while it waits), and routers default to
 /// a minute. Set where the router takes it from the object: ingress-nginx's annotations, the
-/// OpenShift router's. Not an HTTPRoute's `timeouts.request`: Gateway API CRDs before v1.2
-/// do not have the field, the apiserver prunes it, and the operator would see its own
-/// object drift at every reconcile (docs/decisions.md).
+/// OpenShift router's, an HTTPRoute rule's `timeouts.request` where the installed CRD keeps
+/// it (Gateway API CRDs before v1.2 lack the field: the apiserver would prune it, and the
+/// operator would see its own object drift at every reconcile; docs/decisions.md).
 pub const REQUEST_TIMEOUT_SECONDS: u32 = 600;
 
 /// ingress-nginx's read and send timeouts, in seconds.
@@ -179,8 +181,9 @@ pub fn routes(input: &ClairInput, routing: &RoutingSpec) -> Vec<DynamicObject> {
         .collect()
 }
 
-/// An HTTPRoute attached to the named Gateway; TLS is the Gateway listener's.
-pub fn http_route(input: &ClairInput, routing: &RoutingSpec) -> DynamicObject {
+/// An HTTPRoute attached to the named Gateway; TLS is the Gateway listener's. Each rule
+/// carries Quay's request timeout when `timeouts` (the installed CRD keeps the field).
+pub fn http_route(input: &ClairInput, routing: &RoutingSpec, timeouts: bool) -> DynamicObject {
     let resource = http_route_resource();
     let mut object = DynamicObject::new(input.name, &resource);
     object.metadata = input.metadata(input.name.to_string(), "routing");
@@ -197,10 +200,14 @@ pub fn http_route(input: &ClairInput, routing: &RoutingSpec) -> DynamicObject {
     let rules: Vec<_> = paths(input)
         .into_iter()
         .map(|(path, service)| {
-            json!({
+            let mut rule = json!({
                 "matches": [{"path": {"type": "PathPrefix", "value": path}}],
                 "backendRefs": [{"name": service, "port": API_PORT}],
-            })
+            });
+            if timeouts {
+                rule["timeouts"] = json!({"request": format!("{REQUEST_TIMEOUT_SECONDS}s")});
+            }
+            rule
         })
         .collect();
     let mut spec = json!({ "parentRefs": [parent], "rules": rules });
@@ -241,13 +248,14 @@ mod tests {
         let none = Served::default();
         assert_eq!(resolve(Some(&auto), none), Ok(RoutingKind::Ingress));
         let gateway = Served {
-            routes: false,
             http_routes: true,
+            ..Served::default()
         };
         assert_eq!(resolve(Some(&auto), gateway), Ok(RoutingKind::HttpRoute));
         let openshift = Served {
             routes: true,
             http_routes: true,
+            http_route_timeouts: true,
         };
         assert_eq!(resolve(Some(&auto), openshift), Ok(RoutingKind::Route));
         assert_eq!(resolve(None, openshift), Ok(RoutingKind::None));
@@ -317,13 +325,20 @@ mod tests {
             routes[1].data["spec"]["tls"]["externalCertificate"]["name"],
             "clair-tls"
         );
-        let h = http_route(&input(&spec), &routing(RoutingKind::HttpRoute));
+        let h = http_route(&input(&spec), &routing(RoutingKind::HttpRoute), true);
         assert_eq!(h.data["spec"]["parentRefs"][0]["namespace"], "gateways");
         assert_eq!(
             h.data["spec"]["rules"][2]["backendRefs"][0]["name"],
             "clair-notifier"
         );
-        // Left to the Gateway's owner (pruned by Gateway API CRDs before v1.2).
+        // Quay's 600 s on every rule, where the CRD keeps the field (Gateway API v1.2+).
+        let rules = h.data["spec"]["rules"].as_array().unwrap();
+        assert!(
+            rules.iter().all(|r| r["timeouts"]["request"] == "600s"),
+            "{rules:?}"
+        );
+        // Left out where it would be pruned (Gateway API CRDs before v1.2).
+        let h = http_route(&input(&spec), &routing(RoutingKind::HttpRoute), false);
         assert!(h.data["spec"]["rules"][0].get("timeouts").is_none());
     }
 }

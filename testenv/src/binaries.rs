@@ -62,6 +62,18 @@ pub fn keda_dir() -> Result<PathBuf> {
     build("tools/keda/build.sh")
 }
 
+/// The Gateway API release the tests install (an HTTPRoute rule has `timeouts`).
+pub const GATEWAY_API: &str = "v1.6.3";
+/// The last Gateway API release whose standard HTTPRoute has no `timeouts`.
+pub const GATEWAY_API_BEFORE_TIMEOUTS: &str = "v1.1.0";
+
+/// The folder holding Gateway API's standard CRDs for HTTPRoutes, Gateways and
+/// GatewayClasses at `version` (one of the two above), fetched on first use by
+/// `tools/gateway-api/fetch.sh` from the Go module proxy and cached.
+pub fn gateway_api_crds(version: &str) -> Result<PathBuf> {
+    build_with("tools/gateway-api/fetch.sh", &[version.to_string()])
+}
+
 /// The image archives a real node imports, built by `tools/images/build.sh` (cached): the
 /// paths it prints, one a line.
 pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf>> {

@@ -23,7 +23,10 @@ pub mod router;
 
 pub use addons::{Addons, Collector};
 pub use binaries::Binaries;
-pub use binaries::{clair_binaries, metrics_server_binary, rpm_database};
+pub use binaries::{
+    GATEWAY_API, GATEWAY_API_BEFORE_TIMEOUTS, clair_binaries, gateway_api_crds,
+    metrics_server_binary, rpm_database,
+};
 pub use controlplane::{ControlPlane, OPERATOR, Options, RealNodeImages, free_ports};
 pub use host::{NODE_IP, POD_CIDR};
 pub use operator::{Launch, OperatorProcess};

@@ -217,7 +217,9 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
         },
     )
     .await?;
-    crate::support::install_gateway_api(&client).await?;
+    // Gateway API v1.1, whose HTTPRoute has no `timeouts`: the route is left without Quay's
+    // request timeout (the apiserver would prune it, and the operator see its own route drift).
+    crate::support::install_gateway_api(env, clair_testenv::GATEWAY_API_BEFORE_TIMEOUTS)?;
     // Picked up without a restart: the operator watches CRDs.
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
@@ -237,6 +239,67 @@ pub async fn a_clair_with_an_external_database_owns_its_services_and_routing(
                 route.data
             );
             Ok(ingresses.get_opt("clair").await?.is_none())
+        }
+    })
+    .await?;
+    let rule_timeouts = |route: &DynamicObject| -> Vec<Value> {
+        let rules = route.data["spec"]["rules"].as_array().cloned();
+        rules
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r["timeouts"]["request"].clone())
+            .collect()
+    };
+    let route = http_routes.get("clair").await?;
+    ensure!(
+        rule_timeouts(&route).iter().all(Value::is_null),
+        "timeouts on a v1.1 HTTPRoute: {:?}",
+        route.data
+    );
+    // Each reconcile after finds its route as it applied it: unchanged, never reverted.
+    let applies = |outcome: &'static str| -> anyhow::Result<f64> {
+        let samples = crate::metrics::scrape(env)?;
+        Ok(crate::metrics::total(
+            &samples,
+            "clair_operator_applies_total",
+            &[("kind", "HTTPRoute"), ("outcome", outcome)],
+        ))
+    };
+    let (unchanged, reverted) = (applies("unchanged")?, applies("reverted")?);
+    let clairs: Api<Clair> = Api::namespaced(client.clone(), &ns);
+    for round in 0..3 {
+        // A change of the Clair's metadata only: each is a reconcile that changes nothing.
+        let nudge = json!({"metadata": {"annotations": {"test/nudge": round.to_string()}}});
+        clairs
+            .patch("clair", &PatchParams::default(), &Patch::Merge(&nudge))
+            .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eventually(LONG, "two more reconciles of the routed Clair", || async {
+        Ok(applies("unchanged")? + applies("reverted")? >= unchanged + 2.0)
+    })
+    .await?;
+    ensure!(
+        applies("reverted")? == reverted,
+        "the operator reverted its own HTTPRoute on Gateway API v1.1 ({} reverts)",
+        applies("reverted")? - reverted
+    );
+    let clair = clairs.get("clair").await?;
+    ensure!(
+        condition(&clair, "Contested").is_none(),
+        "{:?}",
+        condition(&clair, "Contested")
+    );
+
+    // Upgraded to a release whose HTTPRoute keeps `timeouts`: Quay's 600 s on every rule,
+    // without a restart (the CRD's change is heard).
+    crate::support::install_gateway_api(env, clair_testenv::GATEWAY_API)?;
+    eventually(LONG, "timeouts.request 600s on every rule", || {
+        let http_routes = http_routes.clone();
+        async move {
+            let route = http_routes.get("clair").await?;
+            let timeouts = rule_timeouts(&route);
+            Ok(!timeouts.is_empty() && timeouts.iter().all(|t| t == "600s"))
         }
     })
     .await?;

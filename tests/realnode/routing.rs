@@ -143,9 +143,9 @@ async fn http_route_in(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
         .addons()
         .context("the real node runs no ingress stand-in")?
         .router();
-    // Gateway API's kinds (their schemas left open: the stand-in reads what it needs), and
-    // a Gateway of the stand-in's class.
-    install_gateway_api(&client).await?;
+    // Gateway API as released (whose HTTPRoute keeps a rule's `timeouts`), and a Gateway of
+    // the stand-in's class.
+    install_gateway_api(env, clair_testenv::GATEWAY_API)?;
     let gateway = format!(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -178,6 +178,23 @@ spec:
     router
         .serving_http_route(&client, &ns, "clair", Duration::from_secs(60))
         .await?;
+    // Quay's 600 s for an index request, on every rule, and the stand-in serves them so.
+    let config = router.config()?;
+    let server = config
+        .split("\n  server {")
+        .find(|s| s.contains(&format!("server_name {host};")))
+        .with_context(|| format!("no server for {host} in the router's config:\n{config}"))?;
+    let timeouts: Vec<&str> = server
+        .lines()
+        .filter(|l| l.trim_start().starts_with("proxy_read_timeout"))
+        .collect();
+    ensure!(
+        timeouts.len() >= 3
+            && timeouts
+                .iter()
+                .all(|l| l.trim() == "proxy_read_timeout 600s;"),
+        "the HTTPRoute's request timeout is not served: {timeouts:?} in\n{server}"
+    );
 
     let token = quay_token(&client, &ns).await?;
     let routed = router.agent(&host, None, Duration::from_secs(30))?;

@@ -460,18 +460,28 @@ pub async fn install_open_crd(
     .await
 }
 
-/// Installs minimal Gateway API v1 CRDs (schemas left open): `httproutes` and `gateways`.
-pub async fn install_gateway_api(client: &Client) -> anyhow::Result<()> {
-    for (kind, plural) in [("HTTPRoute", "httproutes"), ("Gateway", "gateways")] {
-        install_open_crd(
-            client,
-            "gateway.networking.k8s.io",
-            kind,
-            plural,
-            Some("https://github.com/kubernetes-sigs/gateway-api/pull/1538"),
-        )
-        .await?;
-    }
+/// Installs Gateway API's released CRDs (HTTPRoute, Gateway, GatewayClass; standard channel)
+/// at `version` (`clair_testenv::GATEWAY_API` or `GATEWAY_API_BEFORE_TIMEOUTS`), over any
+/// installed before, and waits until they are established.
+pub fn install_gateway_api(env: &TestEnv, version: &str) -> anyhow::Result<()> {
+    let dir = clair_testenv::gateway_api_crds(version)
+        .context("fetching Gateway API's CRDs (tools/gateway-api/fetch.sh)")?;
+    let dir = dir.display().to_string();
+    env.kubectl_ok(
+        "default",
+        &["apply", "--server-side", "--force-conflicts", "-f", &dir],
+    )?;
+    env.kubectl_ok(
+        "default",
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/httproutes.gateway.networking.k8s.io",
+            "crd/gateways.gateway.networking.k8s.io",
+            "crd/gatewayclasses.gateway.networking.k8s.io",
+        ],
+    )?;
     Ok(())
 }
 

@@ -138,7 +138,8 @@ fn routing_objects(input: &ClairInput, observed: &Observed, apply: bool) -> Rout
     };
     let http_routes = if observed.served.http_routes {
         Owned::exactly().apply_some(
-            (kind == Some(RoutingKind::HttpRoute)).then(|| routing::http_route(input, &spec)),
+            (kind == Some(RoutingKind::HttpRoute))
+                .then(|| routing::http_route(input, &spec, observed.served.http_route_timeouts)),
         )
     } else {
         Owned::at_least()

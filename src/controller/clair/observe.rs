@@ -164,9 +164,18 @@ pub async fn observe(
         children.iter().all(|c| c.settled_on_desired_image),
         jobs.as_ref(),
     );
+    let http_routes = source.serves(OptionalApi::HttpRoute).await;
     let served = routing::Served {
         routes: source.serves(OptionalApi::Route).await,
-        http_routes: source.serves(OptionalApi::HttpRoute).await,
+        http_routes,
+        // The CRD is read only where HTTPRoutes are served and this Clair routes through one.
+        http_route_timeouts: http_routes
+            && input
+                .spec
+                .routing
+                .as_ref()
+                .is_some_and(|r| r.gateway.is_some())
+            && source.serves(OptionalApi::HttpRouteTimeouts).await,
     };
     Ok(Observed {
         psk,
