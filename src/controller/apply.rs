@@ -49,6 +49,10 @@ pub struct Applier<'a> {
     pub owner: &'a str,
     /// The owning resource's UID (what its controller owner references name).
     pub owner_uid: &'a str,
+    /// The owning resource's kind (`Clair`, `Indexer`...): whose watches to consult.
+    pub owner_kind: &'a str,
+    /// What the watches show of the objects the operator owns.
+    pub known: &'a super::owned::OwnedObjects,
     /// Where each outcome is counted.
     pub metrics: &'a crate::metrics::Metrics,
     /// Objects other writers keep changing: when to change them back.
@@ -82,7 +86,9 @@ impl Applier<'_> {
     }
 
     /// Writes `owned` (objects of `kind`) and, when it prunes, deletes every other object
-    /// of the kind the owner controls.
+    /// of the kind the owner controls. What the owner controls, and whether an object still
+    /// holds what was applied, come from the watch ([`super::owned`]) where it has an
+    /// answer; otherwise one list of the kind, and a read of an object it does not settle.
     async fn apply<T>(&self, api: Api<T>, kind: &str, owned: Owned<T>) -> Result<(), ApplyError>
     where
         T: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -91,28 +97,57 @@ impl Applier<'_> {
             return Ok(());
         }
         let kind = kind.to_string();
-        let listed = api
-            .list(&ListParams::default().labels(&labels::owned_selector(self.owner)))
-            .await
-            .map_err(|source| ApplyError::List {
-                kind: kind.clone(),
-                source,
-            })?;
-        let controlled: BTreeMap<String, T> = listed
-            .items
-            .into_iter()
-            .filter(|o| controlled_by(o, self.owner_uid))
-            .map(|o| (o.name_any(), o))
-            .collect();
+        let cached = self
+            .known
+            .controlled(self.owner_kind, &kind, self.namespace, self.owner_uid);
+        // Without a watch of the kind (or before it listed): one list, as before.
+        let listed: Option<BTreeMap<String, T>> = match &cached {
+            Some(_) => None,
+            None => Some(
+                api.list(&ListParams::default().labels(&labels::owned_selector(self.owner)))
+                    .await
+                    .map_err(|source| ApplyError::List {
+                        kind: kind.clone(),
+                        source,
+                    })?
+                    .items
+                    .into_iter()
+                    .filter(|o| controlled_by(o, self.owner_uid))
+                    .map(|o| (o.name_any(), o))
+                    .collect(),
+            ),
+        };
+        let is_controlled = |name: &str| match (&cached, &listed) {
+            (Some(cached), _) => cached.contains_key(name),
+            (None, Some(listed)) => listed.contains_key(name),
+            (None, None) => false,
+        };
         for (name, write) in owned.objects() {
             let desired = match write {
                 Write::Keep => continue,
                 Write::Apply(desired) | Write::CreateOnce(desired) => desired,
             };
-            // Not (or not yet) controlled by the owner: a kept Secret without an owner, or an
-            // object of the same name someone else made; read by name.
+            let value = applied_value(desired).map_err(|source| ApplyError::Serialize {
+                kind: kind.clone(),
+                name: name.clone(),
+                source,
+            })?;
+            let hash = value.hash.clone();
+            // Settled by the watch: controlled, and as applied (made once, or unchanged since).
+            let settled = is_controlled(name)
+                && (matches!(write, Write::CreateOnce(_))
+                    || self
+                        .known
+                        .holds(self.owner_kind, &kind, self.namespace, name, &hash));
+            if settled {
+                self.record(&kind, name, Outcome::Unchanged);
+                continue;
+            }
+            // Listed, or read by name: changed since it was seen, not (or not yet) controlled
+            // by the owner (a kept Secret without an owner, or an object of the same name
+            // someone else made), or not seen at all.
             let read;
-            let current = match controlled.get(name) {
+            let current = match listed.as_ref().and_then(|l| l.get(name)) {
                 Some(object) => Some(object),
                 None => {
                     read = api.get_opt(name).await.map_err(|source| ApplyError::Read {
@@ -123,6 +158,7 @@ impl Applier<'_> {
                     // Taken over only if the operator made it and nothing else controls it
                     // (a kept Secret or claim of a deleted resource): never someone else's.
                     if let Some(existing) = &read
+                        && !controlled_by(existing, self.owner_uid)
                         && !adoptable(existing)
                     {
                         return Err(ApplyError::NotOurs {
@@ -138,25 +174,48 @@ impl Applier<'_> {
                 kind: kind.clone(),
                 name: name.clone(),
             };
-            let outcome = match (write, current) {
-                (Write::CreateOnce(_), Some(_)) => Outcome::Unchanged,
-                (Write::CreateOnce(_), None) => apply(&api, &kind, desired, None, None).await?.0,
+            let (outcome, now) = match (write, current) {
+                (Write::CreateOnce(_), Some(current)) => {
+                    (Outcome::Unchanged, Some(current.clone()))
+                }
+                (Write::CreateOnce(_), None) => {
+                    let (outcome, _, now) = apply(&api, &kind, value, None, None).await?;
+                    (outcome, now)
+                }
                 _ => {
                     let fight = (self.contests, &contest);
-                    let (outcome, wait) = apply(&api, &kind, desired, current, Some(fight)).await?;
+                    let (outcome, wait, now) =
+                        apply(&api, &kind, value, current, Some(fight)).await?;
                     if let (Some(wait), Ok(mut shortest)) = (wait, self.wait.lock()) {
                         *shortest = Some(shortest.map_or(wait, |s| s.min(wait)));
                     }
-                    outcome
+                    (outcome, now)
                 }
             };
+            if let Some(now) = now {
+                self.known
+                    .verified(self.owner_kind, &kind, now.meta(), &hash);
+            }
             self.record(&kind, name, outcome);
         }
         if owned.prunes() {
-            for (name, object) in &controlled {
-                if !owned.objects().contains_key(name) {
-                    delete(&api, &kind, name, object.uid()).await?;
-                    self.record(&kind, name, Outcome::Deleted);
+            let unwanted: Vec<(String, Option<String>)> = match (&cached, &listed) {
+                (Some(cached), _) => cached
+                    .iter()
+                    .map(|(name, e)| (name.clone(), Some(e.uid.clone())))
+                    .collect(),
+                (None, Some(listed)) => listed
+                    .iter()
+                    .map(|(name, o)| (name.clone(), o.uid()))
+                    .collect(),
+                (None, None) => Vec::new(),
+            };
+            for (name, uid) in unwanted {
+                if !owned.objects().contains_key(&name) {
+                    delete(&api, &kind, &name, uid).await?;
+                    self.known
+                        .forget(self.owner_kind, &kind, self.namespace, &name);
+                    self.record(&kind, &name, Outcome::Deleted);
                 }
             }
         }
@@ -291,57 +350,73 @@ where
     }
 }
 
+/// An object as the operator applies it: its hash in the applied annotation.
+struct Applied {
+    value: Value,
+    hash: String,
+}
+
+fn applied_value<T: Serialize>(desired: &T) -> Result<Applied, serde_json::Error> {
+    let mut value = serde_json::to_value(desired)?;
+    let hash = crate::clairconfig::hash(&value);
+    value["metadata"]["annotations"][APPLIED] = Value::String(hash.clone());
+    Ok(Applied { value, hash })
+}
+
 /// Applies `desired` (of `kind`) unless `current` already holds it. A hand edit of a field the
 /// operator owns makes `current` differ, so it is reverted (later, in a fight: `contest`,
-/// and then the wait comes back); fields others own are left alone.
+/// and then the wait comes back); fields others own are left alone. Returns the object as it
+/// now is (as written, or `current` when it held it; `None` when deferred).
 async fn apply<T>(
     api: &Api<T>,
     kind: &str,
-    desired: &T,
+    desired: Applied,
     current: Option<&T>,
     contest: Option<(&super::contest::Contests, &super::contest::Key)>,
-) -> Result<(Outcome, Option<std::time::Duration>), ApplyError>
+) -> Result<(Outcome, Option<std::time::Duration>, Option<T>), ApplyError>
 where
     T: Resource + Serialize + DeserializeOwned + Clone + Debug,
 {
     use super::contest::Verdict;
-    let name = desired.name_any();
-    let serialize = |source| ApplyError::Serialize {
-        kind: kind.to_string(),
-        name: name.clone(),
-        source,
-    };
-    let mut value = serde_json::to_value(desired).map_err(serialize)?;
-    let hash = crate::clairconfig::hash(&value);
-    value["metadata"]["annotations"][APPLIED] = Value::String(hash.clone());
+    let Applied { value, hash } = desired;
+    let name = value["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     // What the operator applied last is unchanged, yet the object differs: another writer.
     let mut drifted = false;
     if let Some(current) = current {
-        let current_value = serde_json::to_value(current).map_err(serialize)?;
+        let current_value =
+            serde_json::to_value(current).map_err(|source| ApplyError::Serialize {
+                kind: kind.to_string(),
+                name: name.clone(),
+                source,
+            })?;
         let recorded = current.annotations().get(APPLIED);
         if recorded == Some(&hash) {
             if contains(&current_value, &value) {
-                return Ok((Outcome::Unchanged, None));
+                return Ok((Outcome::Unchanged, None, Some(current.clone())));
             }
             drifted = true;
             if let Some((contests, key)) = contest
                 && let Verdict::Wait(wait) = contests.drifted(key, std::time::Instant::now())
             {
-                return Ok((Outcome::Deferred, Some(wait)));
+                return Ok((Outcome::Deferred, Some(wait), None));
             }
         }
     }
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await
-    .map_err(|source| ApplyError::Write {
-        kind: kind.to_string(),
-        name: name.clone(),
-        source,
-    })?;
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await
+        .map_err(|source| ApplyError::Write {
+            kind: kind.to_string(),
+            name: name.clone(),
+            source,
+        })?;
     let outcome = match current {
         None => Outcome::Created,
         Some(current) if drifted => {
@@ -353,7 +428,7 @@ where
         }
         Some(_) => Outcome::Changed,
     };
-    Ok((outcome, None))
+    Ok((outcome, None, Some(written)))
 }
 
 /// Whether `actual` holds every field of `desired` with the same value (lists element by

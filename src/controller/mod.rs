@@ -15,6 +15,7 @@ pub mod decoded;
 pub mod error;
 pub mod events;
 pub mod observer;
+pub mod owned;
 pub mod service;
 pub mod templates;
 pub mod watch;
@@ -103,6 +104,8 @@ impl Owner {
             namespace: &self.namespace,
             owner: &self.name,
             owner_uid: &self.uid,
+            owner_kind: &self.reference.kind,
+            known: &context.owned,
             metrics: &context.metrics,
             contests: &context.contests,
             wait: Default::default(),
@@ -350,7 +353,7 @@ where
             )
             .await;
         match written {
-            Ok(_) => {}
+            Ok(written) => context.versions.seen(&written),
             // Deleted since it was read (its namespace going, most often): nothing to report.
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 debug!(object = %described, "gone before its status was written");
@@ -462,6 +465,49 @@ pub struct Context {
     pub contests: contest::Contests,
     /// External databases' connection checks, run apart from the reconciles.
     pub probes: Arc<clair::probes::Probes>,
+    /// What the watches show of the objects the operator owns (the applier's answers).
+    pub owned: Arc<owned::OwnedObjects>,
+    /// The resourceVersion of each resource as last written or read here.
+    pub versions: Versions,
+}
+
+/// The resourceVersion each resource had when this process last wrote its status or read
+/// it, by UID: a cached object at that version is as new as any the process knows of (its
+/// own status write included), so it needs no fresh read. One not known is read fresh,
+/// so forgetting is always safe: the record is emptied past [`Versions::MAX`] entries
+/// (resources deleted leave theirs behind).
+#[derive(Default)]
+pub struct Versions {
+    by_uid: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl Versions {
+    const MAX: usize = 50_000;
+
+    /// Whether `object` is the version last written or read.
+    pub fn current(&self, object: &impl Resource) -> bool {
+        let meta = object.meta();
+        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+            return false;
+        };
+        self.by_uid
+            .lock()
+            .is_ok_and(|known| known.get(uid) == Some(version))
+    }
+
+    /// Records `object`'s version, as just written or read.
+    pub fn seen(&self, object: &impl Resource) {
+        let meta = object.meta();
+        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+            return;
+        };
+        if let Ok(mut known) = self.by_uid.lock() {
+            if known.len() >= Self::MAX && !known.contains_key(uid) {
+                known.clear();
+            }
+            known.insert(uid.clone(), version.clone());
+        }
+    }
 }
 
 impl Context {
@@ -485,6 +531,8 @@ impl Context {
             available_recheck: controllers.available_recheck,
             contests: Default::default(),
             probes: Default::default(),
+            owned: Default::default(),
+            versions: Default::default(),
             health: controllers.telemetry.health.clone(),
             client,
         })

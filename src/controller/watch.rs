@@ -5,7 +5,7 @@
 //! objects are read by name when a reconcile needs them.
 
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource};
 
 use crate::api::labels;
@@ -79,6 +79,36 @@ where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
 {
     metadata::<K>(client, scope)
+}
+
+/// As [`of`], as a stream for `Controller::owns_stream` or `watches_stream`: the watch
+/// records on the way, in `known`, what it shows of the objects an `owner_kind` controls
+/// ([`super::owned`]), so the applier need not list them.
+pub fn owned_by<K>(
+    known: &std::sync::Arc<super::owned::OwnedObjects>,
+    owner_kind: &str,
+    _field: &crate::render::owned::Owned<K>,
+    client: &Client,
+    scope: &Scope,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static + use<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let namespace = match scope {
+        Scope::Cluster => None,
+        Scope::Namespace(namespace) => Some(namespace.as_str()),
+    };
+    let events = watcher(metadata::<K>(client, scope), config).default_backoff();
+    known
+        .tap::<K, _>(owner_kind, &K::kind(&()), namespace, events)
+        .touched_objects()
 }
 
 /// Those of the watched objects this operator manages: a trigger for their owners.

@@ -67,34 +67,85 @@ pub async fn run(
     // the memory of the service controllers' own a second time); Routes and HTTPRoutes are
     // APIs a cluster may not serve (their appearance is heard through `capabilities`).
     let _unwatched = (services, routes, http_routes);
+    let known = &context.owned;
     controller
-        .owns(watch::of(&indexers, &client, &scope), watch::managed())
-        .owns(watch::of(&matchers, &client, &scope), watch::managed())
-        .owns(watch::of(&notifiers, &client, &scope), watch::managed())
-        .owns(watch::of(&stateful_sets, &client, &scope), watch::managed())
-        .owns(
-            watch::of(&network_policies, &client, &scope),
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &indexers,
+            &client,
+            &scope,
             watch::managed(),
-        )
-        .owns(watch::of(&cron_jobs, &client, &scope), watch::managed())
+        ))
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &matchers,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &notifiers,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &stateful_sets,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &network_policies,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &cron_jobs,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
         // Upgrade steps (owned by the Clair) and updater runs (owned by its CronJob, which
         // says nothing when a run started by hand ends): both name their Clair.
-        .watches(
-            watch::of(&jobs, &client, &scope),
-            watch::managed(),
+        .watches_stream(
+            watch::owned_by(known, "Clair", &jobs, &client, &scope, watch::managed()),
             clair_of_job,
         )
-        .owns(watch::of(&ingresses, &client, &scope), watch::managed())
+        .owns_stream(watch::owned_by(
+            known,
+            "Clair",
+            &ingresses,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
         // Every ConfigMap and Secret, the generated ones included: a Clair names its
         // drop-ins, connection strings and CA bundles by name.
-        .watches(
-            watch::of(&config_maps, &client, &scope),
-            watch::every(),
+        .watches_stream(
+            watch::owned_by(
+                known,
+                "Clair",
+                &config_maps,
+                &client,
+                &scope,
+                watch::every(),
+            ),
             referencing(store.clone(), Referenced::ConfigMap),
         )
-        .watches(
-            watch::of(&secrets, &client, &scope),
-            watch::every(),
+        .watches_stream(
+            watch::owned_by(known, "Clair", &secrets, &client, &scope, watch::every()),
             referencing(store, Referenced::Secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))
@@ -166,11 +217,20 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
 
 async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
     // The cache can lag behind this controller's own last status write; deciding from a
-    // stale `status.version` would repeat an upgrade step. Read the object fresh.
+    // stale `status.version` would repeat an upgrade step. The cached object is used when it
+    // is the version last written or read here, else it is read fresh.
     let owner = Owner::of(cached.as_ref())?;
-    let clairs: Api<Clair> = Api::namespaced(context.client.clone(), &owner.namespace);
-    let fresh = clairs.get_opt(&owner.name).await;
-    let read = fresh.map_err(ObserveError::reading(super::describe(cached.as_ref())))?;
+    let read = if context.versions.current(cached.as_ref()) {
+        Some(cached.as_ref().clone())
+    } else {
+        let clairs: Api<Clair> = Api::namespaced(context.client.clone(), &owner.namespace);
+        let fresh = clairs.get_opt(&owner.name).await;
+        let read = fresh.map_err(ObserveError::reading(super::describe(cached.as_ref())))?;
+        if let Some(read) = &read {
+            context.versions.seen(read);
+        }
+        read
+    };
     let Some(clair) = read.filter(|c| c.uid() == cached.uid() && !super::being_deleted(c)) else {
         return Ok(Action::await_change());
     };

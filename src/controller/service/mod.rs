@@ -84,21 +84,48 @@ pub async fn run<K: ServiceResource>(
     // appearance is heard through `capabilities`); KEDA's own HorizontalPodAutoscaler is
     // heard below.
     let _unwatched = (service_monitors, scaled_objects);
+    let known = &context.owned;
+    let owner_kind = K::kind(&());
+    let owner = owner_kind.as_ref();
     controller
-        .owns(watch::of(&deployments, &client, &scope), watch::managed())
-        .owns(watch::of(&services, &client, &scope), watch::managed())
+        .owns_stream(watch::owned_by(
+            known,
+            owner,
+            &deployments,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
+        .owns_stream(watch::owned_by(
+            known,
+            owner,
+            &services,
+            &client,
+            &scope,
+            watch::managed(),
+        ))
         // The operator's own autoscalers, and KEDA's for the operator's ScaledObjects (it
         // copies their labels, and its owner is the ScaledObject): the tuning metrics follow
         // whichever scales the service.
-        .watches(
-            watch::of(&autoscalers, &client, &scope),
-            watch::managed(),
+        .watches_stream(
+            watch::owned_by(
+                known,
+                owner,
+                &autoscalers,
+                &client,
+                &scope,
+                watch::managed(),
+            ),
             |hpa| scaled_service::<K>(&hpa),
         )
-        .owns(
-            watch::of(&disruption_budgets, &client, &scope),
+        .owns_stream(watch::owned_by(
+            known,
+            owner,
+            &disruption_budgets,
+            &client,
+            &scope,
             watch::managed(),
-        )
+        ))
         // Every ConfigMap and Secret, the config snapshots included: a resource names its
         // config, drop-ins and connection strings by name.
         .watches(
@@ -106,9 +133,8 @@ pub async fn run<K: ServiceResource>(
             watch::every(),
             referencing(store.clone(), Referenced::ConfigMap),
         )
-        .watches(
-            watch::of(&secrets, &client, &scope),
-            watch::every(),
+        .watches_stream(
+            watch::owned_by(known, owner, &secrets, &client, &scope, watch::every()),
             referencing(store, Referenced::Secret),
         )
         .reconcile_all_on(super::capabilities::optional_api_changes(

@@ -1,0 +1,427 @@
+//! What the operator knows of the objects it owns, from the metadata watches it runs anyway
+//! (they trigger the owners' reconciles): per object a few strings (UID, resourceVersion,
+//! generation, the applied-hash annotation, its controller's UID) and what the operator last
+//! saw it hold. The applier decides "unchanged" and what to prune from here and reads an
+//! object live only where this cannot answer: never seen, changed since (another
+//! resourceVersion, or for a kind with a generation another generation), or a watch not yet
+//! listed.
+//!
+//! Why a changed spec is still seen: every write gives an object a new resourceVersion, and
+//! the watch brings it; an object the operator verified at one resourceVersion and finds at
+//! another is read live and compared in full (`apply::contains`), so a hand edit is reverted
+//! as before. Kinds with a `metadata.generation` (Deployments, StatefulSets, the operator's
+//! own kinds...) also change resourceVersion with every status update of their controller:
+//! for them an unchanged generation is enough (the apiserver raises it on any change of the
+//! spec), so a rollout's status updates cost no read. The price: an edit of such an object's
+//! labels or annotations alone is not noticed until its spec changes or the operator
+//! restarts (the labels the watches select on are: without them the object leaves the
+//! watch, and the next reconcile reads it).
+//!
+//! Memory: one entry per owned object (about 300 bytes), kept per controller, watched kind
+//! and scope, so one watch's relist replaces its own entries only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::PartialObjectMeta;
+use kube::runtime::watcher::{self, Event};
+
+use crate::api::labels;
+
+/// One owned object as its watch last showed it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub uid: String,
+    pub resource_version: String,
+    pub generation: Option<i64>,
+    /// Its applied-hash annotation (`apply::APPLIED`).
+    pub applied: Option<String>,
+    /// The UID its controller owner reference names.
+    pub controller: Option<String>,
+    /// What the operator last saw it hold: the hash it applied, at this resourceVersion
+    /// (and generation). Kept across watch events of the same UID.
+    verified: Option<Verified>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Verified {
+    hash: String,
+    resource_version: String,
+    generation: Option<i64>,
+}
+
+impl Entry {
+    fn of(meta: &kube::api::ObjectMeta) -> Self {
+        Entry {
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            generation: meta.generation,
+            applied: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(super::apply::APPLIED))
+                .cloned(),
+            controller: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone()),
+            verified: None,
+        }
+    }
+
+    /// Whether the object still holds what the operator applied with `hash`.
+    fn holds(&self, hash: &str) -> bool {
+        let Some(verified) = &self.verified else {
+            return false;
+        };
+        let same_version = verified.resource_version == self.resource_version
+            || (verified.generation.is_some() && verified.generation == self.generation);
+        verified.hash == hash && self.applied.as_deref() == Some(hash) && same_version
+    }
+}
+
+/// Which watch filled a map: the owner's kind (each controller watches for its own), the
+/// watched kind, and the namespace of a namespaced scope.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct MapKey {
+    owner_kind: String,
+    kind: String,
+    scope: Option<String>,
+}
+
+#[derive(Default)]
+struct Map {
+    /// The watch has listed once: an object missing here does not exist (or is very new).
+    listed: bool,
+    objects: HashMap<(String, String), Entry>,
+    /// During a relist, what it listed so far (swapped in when it ends).
+    listing: Option<HashMap<(String, String), Entry>>,
+}
+
+/// Every controller's owned objects, by watch.
+#[derive(Default)]
+pub struct OwnedObjects {
+    maps: Mutex<HashMap<MapKey, Map>>,
+}
+
+impl OwnedObjects {
+    /// `stream` (the watch of `kind` in `scope`, metadata only), recording on the way what it
+    /// shows of the objects an `owner_kind` controls and the operator manages.
+    pub fn tap<K, S>(
+        self: &std::sync::Arc<Self>,
+        owner_kind: &str,
+        kind: &str,
+        scope: Option<&str>,
+        stream: S,
+    ) -> impl Stream<Item = S::Item> + Send + 'static + use<K, S>
+    where
+        K: Resource + Clone + Send + 'static,
+        S: Stream<Item = Result<Event<PartialObjectMeta<K>>, watcher::Error>> + Send + 'static,
+    {
+        let key = MapKey {
+            owner_kind: owner_kind.to_string(),
+            kind: kind.to_string(),
+            scope: scope.map(str::to_string),
+        };
+        let owned = self.clone();
+        let owner_kind = owner_kind.to_string();
+        stream.map(move |event| {
+            if let Ok(event) = &event {
+                owned.record(&key, &owner_kind, event);
+            }
+            event
+        })
+    }
+
+    fn record<K: Resource>(
+        &self,
+        key: &MapKey,
+        owner_kind: &str,
+        event: &Event<PartialObjectMeta<K>>,
+    ) {
+        let ours = |meta: &kube::api::ObjectMeta| {
+            let managed = meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::MANAGED_BY))
+                .is_some_and(|v| v == labels::OPERATOR);
+            let controlled = meta
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.kind == owner_kind);
+            managed && controlled
+        };
+        let name_of = |meta: &kube::api::ObjectMeta| {
+            (
+                meta.namespace.clone().unwrap_or_default(),
+                meta.name.clone().unwrap_or_default(),
+            )
+        };
+        let Ok(mut maps) = self.maps.lock() else {
+            return;
+        };
+        let map = maps.entry(key.clone()).or_default();
+        match event {
+            Event::Apply(object) | Event::InitApply(object) => {
+                let meta = &object.metadata;
+                let name = name_of(meta);
+                let mut entry = Entry::of(meta);
+                // What was verified of this same object holds until it changes.
+                entry.verified = map
+                    .objects
+                    .get(&name)
+                    .filter(|p| p.uid == entry.uid)
+                    .and_then(|p| p.verified.clone());
+                let objects = match (event, map.listing.as_mut()) {
+                    (Event::InitApply(_), Some(listing)) => listing,
+                    _ => &mut map.objects,
+                };
+                if !ours(meta) {
+                    objects.remove(&name);
+                    return;
+                }
+                objects.insert(name, entry);
+            }
+            Event::Delete(object) => {
+                map.objects.remove(&name_of(&object.metadata));
+            }
+            Event::Init => map.listing = Some(HashMap::new()),
+            Event::InitDone => {
+                if let Some(listed) = map.listing.take() {
+                    map.objects = listed;
+                }
+                map.listed = true;
+            }
+        }
+    }
+
+    fn with_map<T>(
+        &self,
+        owner_kind: &str,
+        kind: &str,
+        namespace: &str,
+        f: impl FnOnce(&mut Map) -> T,
+    ) -> Option<T> {
+        let mut maps = self.maps.lock().ok()?;
+        let scoped = MapKey {
+            owner_kind: owner_kind.to_string(),
+            kind: kind.to_string(),
+            scope: Some(namespace.to_string()),
+        };
+        let key = if maps.contains_key(&scoped) {
+            scoped
+        } else {
+            MapKey {
+                scope: None,
+                ..scoped
+            }
+        };
+        maps.get_mut(&key).filter(|m| m.listed).map(f)
+    }
+
+    /// The objects of `kind` in `namespace` controlled by `owner_uid`, by name: `None` when
+    /// no watch of that kind for `owner_kind` has listed yet (read them live).
+    pub fn controlled(
+        &self,
+        owner_kind: &str,
+        kind: &str,
+        namespace: &str,
+        owner_uid: &str,
+    ) -> Option<BTreeMap<String, Entry>> {
+        self.with_map(owner_kind, kind, namespace, |map| {
+            map.objects
+                .iter()
+                .filter(|((ns, _), e)| {
+                    ns == namespace && e.controller.as_deref() == Some(owner_uid)
+                })
+                .map(|((_, name), e)| (name.clone(), e.clone()))
+                .collect()
+        })
+    }
+
+    /// Whether object `name` still holds what the operator applied with `hash`, as far as
+    /// the watch tells: no read needed.
+    pub fn holds(
+        &self,
+        owner_kind: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        hash: &str,
+    ) -> bool {
+        self.with_map(owner_kind, kind, namespace, |map| {
+            map.objects
+                .get(&(namespace.to_string(), name.to_string()))
+                .is_some_and(|e| e.holds(hash))
+        })
+        .unwrap_or(false)
+    }
+
+    /// Records that object `meta` (as just written, or read and found unchanged) holds what
+    /// the operator applied with `hash`. The entry is made if the watch has not brought it
+    /// yet: the next reconcile need not read back the operator's own write.
+    pub fn verified(&self, owner_kind: &str, kind: &str, meta: &kube::api::ObjectMeta, hash: &str) {
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        self.with_map(owner_kind, kind, &namespace, |map| {
+            let mut entry = Entry::of(meta);
+            entry.verified = Some(Verified {
+                hash: hash.to_string(),
+                resource_version: entry.resource_version.clone(),
+                generation: entry.generation,
+            });
+            map.objects.insert((namespace.clone(), name), entry);
+        });
+    }
+
+    /// Forgets what was verified of object `name` (a write refused as stale, a delete).
+    pub fn forget(&self, owner_kind: &str, kind: &str, namespace: &str, name: &str) {
+        self.with_map(owner_kind, kind, namespace, |map| {
+            map.objects
+                .remove(&(namespace.to_string(), name.to_string()));
+        });
+    }
+
+    /// Entries held, over every watch.
+    pub fn entries(&self) -> usize {
+        self.maps
+            .lock()
+            .map(|maps| maps.values().map(|m| m.objects.len()).sum())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+
+    const OWNER: &str = "owner-uid";
+
+    fn meta(rv: &str, generation: Option<i64>, applied: &str) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some("clair-indexer".into()),
+            uid: Some("object-uid".into()),
+            resource_version: Some(rv.into()),
+            generation,
+            labels: Some([(labels::MANAGED_BY.to_string(), labels::OPERATOR.to_string())].into()),
+            annotations: Some(
+                [(
+                    super::super::apply::APPLIED.to_string(),
+                    applied.to_string(),
+                )]
+                .into(),
+            ),
+            owner_references: Some(vec![OwnerReference {
+                kind: "Indexer".into(),
+                uid: OWNER.into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    fn event(meta: ObjectMeta) -> Event<PartialObjectMeta<Deployment>> {
+        Event::Apply(PartialObjectMeta {
+            types: None,
+            metadata: meta,
+            _phantom: Default::default(),
+        })
+    }
+
+    fn listed() -> (OwnedObjects, MapKey) {
+        let owned = OwnedObjects::default();
+        let key = MapKey {
+            owner_kind: "Indexer".into(),
+            kind: "Deployment".into(),
+            scope: None,
+        };
+        owned.record::<Deployment>(&key, "Indexer", &Event::Init);
+        owned.record::<Deployment>(&key, "Indexer", &Event::InitDone);
+        (owned, key)
+    }
+
+    #[test]
+    fn nothing_is_known_before_the_watch_listed() {
+        let owned = OwnedObjects::default();
+        assert_eq!(owned.controlled("Indexer", "Deployment", "ns", OWNER), None);
+        assert!(!owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+    }
+
+    #[test]
+    fn a_write_of_its_own_needs_no_read_back_and_a_status_update_keeps_it() {
+        let (owned, key) = listed();
+        owned.verified("Indexer", "Deployment", &meta("10", Some(1), "h1"), "h1");
+        assert!(owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+        // A new desired object (another hash) is applied.
+        assert!(!owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h2"));
+        // The watch brings the write, then a status update of the Deployment controller.
+        owned.record(&key, "Indexer", &event(meta("10", Some(1), "h1")));
+        owned.record(&key, "Indexer", &event(meta("11", Some(1), "h1")));
+        assert!(owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+        let controlled = owned
+            .controlled("Indexer", "Deployment", "ns", OWNER)
+            .unwrap();
+        assert_eq!(controlled.keys().collect::<Vec<_>>(), ["clair-indexer"]);
+    }
+
+    #[test]
+    fn a_changed_spec_is_read_again() {
+        let (owned, key) = listed();
+        owned.verified("Indexer", "Deployment", &meta("10", Some(1), "h1"), "h1");
+        // A hand edit of the spec: the generation rises, the annotation stays.
+        owned.record(&key, "Indexer", &event(meta("12", Some(2), "h1")));
+        assert!(!owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+        // A kind without a generation (a Secret): any new resourceVersion is a change.
+        owned.verified("Indexer", "Deployment", &meta("20", None, "h1"), "h1");
+        owned.record(&key, "Indexer", &event(meta("21", None, "h1")));
+        assert!(!owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+    }
+
+    #[test]
+    fn a_relist_replaces_what_it_lists_and_a_delete_forgets() {
+        let (owned, key) = listed();
+        owned.record(&key, "Indexer", &event(meta("10", Some(1), "h1")));
+        owned.record::<Deployment>(&key, "Indexer", &Event::Init);
+        owned.record::<Deployment>(&key, "Indexer", &Event::InitDone);
+        assert_eq!(
+            owned
+                .controlled("Indexer", "Deployment", "ns", OWNER)
+                .unwrap()
+                .len(),
+            0
+        );
+        owned.verified("Indexer", "Deployment", &meta("10", Some(1), "h1"), "h1");
+        owned.record(
+            &key,
+            "Indexer",
+            &Event::Delete(PartialObjectMeta::<Deployment> {
+                types: None,
+                metadata: meta("10", Some(1), "h1"),
+                _phantom: Default::default(),
+            }),
+        );
+        assert!(!owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+    }
+
+    #[test]
+    fn only_what_the_operator_manages_for_this_owner_kind_is_kept() {
+        let (owned, key) = listed();
+        let mut foreign = meta("10", Some(1), "h1");
+        foreign.labels = None;
+        owned.record(&key, "Indexer", &event(foreign));
+        let mut other_owner = meta("10", Some(1), "h1");
+        other_owner.owner_references.as_mut().unwrap()[0].kind = "Clair".into();
+        owned.record(&key, "Indexer", &event(other_owner));
+        assert_eq!(owned.entries(), 0);
+    }
+}
