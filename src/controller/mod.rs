@@ -17,6 +17,7 @@ pub mod events;
 pub mod observer;
 pub mod owned;
 pub mod service;
+pub mod stores;
 pub mod templates;
 pub mod watch;
 
@@ -469,6 +470,8 @@ pub struct Context {
     pub owned: Arc<owned::OwnedObjects>,
     /// The resourceVersion of each resource as last written or read here.
     pub versions: Versions,
+    /// The service controllers' caches, for the Clair controller.
+    pub stores: stores::Stores,
 }
 
 /// The resourceVersion each resource had when this process last wrote its status or read
@@ -533,6 +536,7 @@ impl Context {
             probes: Default::default(),
             owned: Default::default(),
             versions: Default::default(),
+            stores: Default::default(),
             health: controllers.telemetry.health.clone(),
             client,
         })

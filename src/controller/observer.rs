@@ -81,6 +81,16 @@ pub trait Observer: ObjectSource {
         selector: &str,
     ) -> impl Future<Output = Result<Vec<K>, kube::Error>> + Send;
 
+    /// A service resource (`Indexer`, `Matcher`, `Notifier`) by name, from its
+    /// controller's cache where that has it, else read.
+    fn service<K: super::service::ServiceResource>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<K>, kube::Error>> + Send {
+        self.owned(namespace, name)
+    }
+
     /// The managed engine of StatefulSet `name`.
     fn engine(
         &self,
@@ -146,6 +156,17 @@ impl Observer for Context {
             .list(&ListParams::default().labels(selector))
             .await?;
         Ok(list.items)
+    }
+
+    async fn service<K: super::service::ServiceResource>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<K>, kube::Error> {
+        match self.stores.get::<K>(namespace, name) {
+            Some(cached) => Ok(Some(cached.as_ref().clone())),
+            None => self.owned(namespace, name).await,
+        }
     }
 
     async fn engine(&self, namespace: &str, name: &str) -> Result<Engine, ObserveError> {

@@ -430,7 +430,7 @@ async fn child<K: ServiceResource>(
     }
     let name = input.child_name(kind);
     let read: Option<K> = source
-        .owned(input.namespace, &name)
+        .service(input.namespace, &name)
         .await
         .map_err(ObserveError::reading(format!("{} {name}", K::kind(&()))))?;
     let Some(child) = read else {

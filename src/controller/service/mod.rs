@@ -70,6 +70,8 @@ pub async fn run<K: ServiceResource>(
         format!("{} controller, {scope}", K::KIND),
         store.clone(),
     );
+    // The Clair controller reads its services from here.
+    let _shared = context.stores.register(&scope, store.clone());
     // One watch per owned field (see `watch::of`).
     let ServiceObjects {
         secrets,

@@ -1,0 +1,105 @@
+//! The controllers' caches of their own resources, shared: the `Clair` controller reads the
+//! `Indexer`, `Matcher` and `Notifier` it owns from the caches of their controllers (which
+//! hold them in full anyway) instead of a GET each per reconcile. A cache is registered
+//! while its controller runs (a replica that stops leading takes its caches back).
+//!
+//! A cached service may lag the Clair's own last write of it; the Clair only reads its
+//! status (consistent with the spec beside it in the same object), and the write's watch
+//! event reconciles the Clair again when the service controller has judged it.
+
+use std::any::{Any, TypeId};
+use std::sync::{Arc, Mutex};
+
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::watch::Scope;
+
+type Entry = (u64, TypeId, Scope, Box<dyn Any + Send + Sync>);
+
+#[derive(Default)]
+pub struct Stores {
+    next: std::sync::atomic::AtomicU64,
+    stores: Arc<Mutex<Vec<Entry>>>,
+}
+
+/// A cache registered until this drops.
+pub struct Registered {
+    id: u64,
+    stores: Arc<Mutex<Vec<Entry>>>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut stores) = self.stores.lock() {
+            stores.retain(|(id, ..)| *id != self.id);
+        }
+    }
+}
+
+impl Stores {
+    /// Shares `store` (of kind `K`, in `scope`) until the guard drops.
+    pub fn register<K>(&self, scope: &Scope, store: Store<K>) -> Registered
+    where
+        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut stores) = self.stores.lock() {
+            stores.push((id, TypeId::of::<K>(), scope.clone(), Box::new(store)));
+        }
+        Registered {
+            id,
+            stores: self.stores.clone(),
+        }
+    }
+
+    /// Object `name` of kind `K` in `namespace`, from a registered cache that has listed:
+    /// `None` when none has it (not there, not yet seen, or no cache: read it live).
+    pub fn get<K>(&self, namespace: &str, name: &str) -> Option<Arc<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let stores = self.stores.lock().ok()?;
+        let reference = ObjectRef::<K>::new(name).within(namespace);
+        stores
+            .iter()
+            .rev()
+            .filter(|(_, type_id, scope, _)| {
+                *type_id == TypeId::of::<K>() && scope.holds(Some(namespace))
+            })
+            .filter_map(|(.., store)| store.downcast_ref::<Store<K>>())
+            .find_map(|store| store.get(&reference))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Indexer;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn indexer(namespace: &str, name: &str) -> Indexer {
+        let mut indexer = Indexer::new(name, Default::default());
+        indexer.metadata.namespace = Some(namespace.to_string());
+        indexer
+    }
+
+    #[test]
+    fn a_registered_cache_answers_until_its_controller_stops() {
+        let stores = Stores::default();
+        let (store, mut writer) = reflector::store::<Indexer>();
+        writer.apply_watcher_event(&Event::Apply(indexer("a", "clair-indexer")));
+        let registered = stores.register(&Scope::Namespace("a".into()), store);
+        assert!(stores.get::<Indexer>("a", "clair-indexer").is_some());
+        // Another namespace's scope, another kind: not this cache.
+        assert!(stores.get::<Indexer>("b", "clair-indexer").is_none());
+        assert!(
+            stores
+                .get::<crate::api::Matcher>("a", "clair-indexer")
+                .is_none()
+        );
+        drop(registered);
+        assert!(stores.get::<Indexer>("a", "clair-indexer").is_none());
+    }
+}
