@@ -53,6 +53,8 @@ pub struct Applier<'a> {
     pub owner_kind: &'a str,
     /// What the watches show of the objects the operator owns.
     pub known: &'a super::owned::OwnedObjects,
+    /// The referenced ConfigMaps and Secrets as last read: one written here is dropped.
+    pub contents: &'a super::contents::Contents,
     /// Where each outcome is counted.
     pub metrics: &'a crate::metrics::Metrics,
     /// Objects other writers keep changing: when to change them back.
@@ -288,6 +290,12 @@ impl Applier<'_> {
     /// Counts an outcome, and logs what changed.
     fn record(&self, kind: &str, name: &str, outcome: Outcome) {
         self.metrics.applied(kind, outcome.into());
+        if let (Some(kind), false) = (
+            super::contents::Kind::of(kind),
+            outcome == Outcome::Unchanged,
+        ) {
+            self.contents.forget(kind, self.namespace, name);
+        }
         if outcome != Outcome::Unchanged {
             debug!(kind, name, ?outcome, "applied");
         }

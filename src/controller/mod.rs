@@ -10,6 +10,7 @@
 pub mod apply;
 pub mod capabilities;
 pub mod clair;
+pub mod contents;
 pub mod contest;
 pub mod decoded;
 pub mod error;
@@ -107,6 +108,7 @@ impl Owner {
             owner_uid: &self.uid,
             owner_kind: &self.reference.kind,
             known: &context.owned,
+            contents: &context.contents,
             metrics: &context.metrics,
             contests: &context.contests,
             wait: Default::default(),
@@ -472,6 +474,8 @@ pub struct Context {
     pub versions: Versions,
     /// The service controllers' caches, for the Clair controller.
     pub stores: stores::Stores,
+    /// The referenced ConfigMaps and Secrets as last read, while unchanged.
+    pub contents: Arc<contents::Contents>,
 }
 
 /// The resourceVersion each resource had when this process last wrote its status or read
@@ -537,6 +541,7 @@ impl Context {
             owned: Default::default(),
             versions: Default::default(),
             stores: Default::default(),
+            contents: Default::default(),
             health: controllers.telemetry.health.clone(),
             client,
         })

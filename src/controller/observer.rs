@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use super::capabilities::OptionalApi;
 use super::clair::credentials::{random_base64, random_hex};
 use super::clair::probes;
+use super::contents::Kind as ContentKind;
 use super::error::ObserveError;
 use super::{Context, Error};
 use crate::database::connstring::ConnSettings;
@@ -118,21 +119,32 @@ pub trait Observer: ObjectSource {
     fn images(&self) -> &ImagePolicy;
 }
 
+/// Read once, then from [`super::contents`] while unchanged.
 impl ObjectSource for Context {
-    fn config_map(
+    async fn config_map(
         &self,
         namespace: &str,
         name: &str,
-    ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send {
-        self.client.config_map(namespace, name)
+    ) -> Result<Option<ConfigMap>, kube::Error> {
+        if let Some(kept) = self.contents.config_map(namespace, name) {
+            return Ok(Some(kept));
+        }
+        let reading = self
+            .contents
+            .reading(ContentKind::ConfigMap, namespace, name);
+        let read = self.client.config_map(namespace, name).await?;
+        self.contents.read_config_map(reading, read.as_ref());
+        Ok(read)
     }
 
-    fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<Secret>, kube::Error>> + Send {
-        self.client.secret(namespace, name)
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, kube::Error> {
+        if let Some(kept) = self.contents.secret(namespace, name) {
+            return Ok(Some(kept));
+        }
+        let reading = self.contents.reading(ContentKind::Secret, namespace, name);
+        let read = self.client.secret(namespace, name).await?;
+        self.contents.read_secret(reading, read.as_ref());
+        Ok(read)
     }
 }
 

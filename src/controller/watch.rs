@@ -82,10 +82,11 @@ where
 }
 
 /// As [`of`], as a stream for `Controller::owns_stream` or `watches_stream`: the watch
-/// records on the way, in `known`, what it shows of the objects an `owner_kind` controls
-/// ([`super::owned`]), so the applier need not list them.
+/// records on the way what it shows of the objects an `owner_kind` controls
+/// ([`super::owned`]), so the applier need not list them, and (ConfigMaps and Secrets)
+/// drops from [`super::contents`] what changed.
 pub fn owned_by<K>(
-    known: &std::sync::Arc<super::owned::OwnedObjects>,
+    context: &super::Context,
     owner_kind: &str,
     _field: &crate::render::owned::Owned<K>,
     client: &Client,
@@ -105,9 +106,37 @@ where
         Scope::Cluster => None,
         Scope::Namespace(namespace) => Some(namespace.as_str()),
     };
+    let kind = K::kind(&());
     let events = watcher(metadata::<K>(client, scope), config).default_backoff();
-    known
-        .tap::<K, _>(owner_kind, &K::kind(&()), namespace, events)
+    let events = context
+        .owned
+        .tap::<K, _>(owner_kind, &kind, namespace, events);
+    context
+        .contents
+        .tap::<K, _>(super::contents::Kind::of(&kind), events)
+        .touched_objects()
+}
+
+/// Every ConfigMap or Secret in `scope`, metadata only, for `watches_stream`: a trigger
+/// for the resources that name one, dropping from [`super::contents`] what changed.
+pub fn referenced<K>(
+    context: &super::Context,
+    client: &Client,
+    scope: &Scope,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static + use<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let events = watcher(metadata::<K>(client, scope), every()).default_backoff();
+    context
+        .contents
+        .tap::<K, _>(super::contents::Kind::of(&K::kind(&())), events)
         .touched_objects()
 }
 

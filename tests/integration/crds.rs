@@ -519,22 +519,46 @@ pub async fn printer_columns_show_phase_and_readiness(env: &TestEnv) -> anyhow::
     let path = format!("{}/examples/clair.yaml", env!("CARGO_MANIFEST_DIR"));
     env.kubectl_ok(&ns, &["apply", "--server-side", "-f", &path])?;
     let api: Api<Clair> = Api::namespaced(env.client().await?, &ns);
-    api.patch_status(
+    // The operator reconciles this Clair too and would write its own status over the one
+    // below: held by a finalizer of the test's and deleted, it is left alone (the operator
+    // does nothing for a resource being deleted).
+    const HOLD: &str = "tests.clair.projectquay.io/hold";
+    api.patch(
         "clair",
-        &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Apply(json!({
-            "apiVersion": Clair::api_version(&()),
-            "kind": Clair::kind(&()),
-            "status": {
-                "phase": "Available",
-                "conditions": [{
-                    "type": "Ready", "status": "True", "reason": "AllServicesAvailable",
-                    "message": "every service is available", "lastTransitionTime": "2026-01-01T00:00:00Z"
-                }],
-                "indexer": {"name": "clair-indexer", "readyReplicas": 2}
-            }
-        })),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": [HOLD]}})),
     )
+    .await?;
+    api.delete("clair", &Default::default()).await?;
+    // A reconcile that began before the delete may still write: the status is set until it
+    // holds.
+    let status = json!({
+        "apiVersion": Clair::api_version(&()),
+        "kind": Clair::kind(&()),
+        "status": {
+            "phase": "Available",
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "AllServicesAvailable",
+                "message": "every service is available", "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }],
+            "indexer": {"name": "clair-indexer", "readyReplicas": 2}
+        }
+    });
+    eventually(Duration::from_secs(20), "the test's status kept", || {
+        let api = api.clone();
+        let status = status.clone();
+        async move {
+            api.patch_status(
+                "clair",
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(status),
+            )
+            .await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let phase = api.get("clair").await?.status.and_then(|s| s.phase);
+            Ok(phase == Some(clair_operator::api::Phase::Available))
+        }
+    })
     .await?;
     let out = env.kubectl_ok(&ns, &["get", "clair", "clair"])?;
     let mut lines = out.lines();
@@ -561,5 +585,11 @@ pub async fn printer_columns_show_phase_and_readiness(env: &TestEnv) -> anyhow::
         wide.lines().nth(1).is_some_and(|row| row.contains(" 2 ")),
         "wide row: {wide}"
     );
+    api.patch(
+        "clair",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
     Ok(())
 }

@@ -67,10 +67,9 @@ pub async fn run(
     // the memory of the service controllers' own a second time); Routes and HTTPRoutes are
     // APIs a cluster may not serve (their appearance is heard through `capabilities`).
     let _unwatched = (services, routes, http_routes);
-    let known = &context.owned;
     controller
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &indexers,
             &client,
@@ -78,7 +77,7 @@ pub async fn run(
             watch::managed(),
         ))
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &matchers,
             &client,
@@ -86,7 +85,7 @@ pub async fn run(
             watch::managed(),
         ))
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &notifiers,
             &client,
@@ -94,7 +93,7 @@ pub async fn run(
             watch::managed(),
         ))
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &stateful_sets,
             &client,
@@ -102,7 +101,7 @@ pub async fn run(
             watch::managed(),
         ))
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &network_policies,
             &client,
@@ -110,7 +109,7 @@ pub async fn run(
             watch::managed(),
         ))
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &cron_jobs,
             &client,
@@ -120,11 +119,11 @@ pub async fn run(
         // Upgrade steps (owned by the Clair) and updater runs (owned by its CronJob, which
         // says nothing when a run started by hand ends): both name their Clair.
         .watches_stream(
-            watch::owned_by(known, "Clair", &jobs, &client, &scope, watch::managed()),
+            watch::owned_by(&context, "Clair", &jobs, &client, &scope, watch::managed()),
             clair_of_job,
         )
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             "Clair",
             &ingresses,
             &client,
@@ -135,7 +134,7 @@ pub async fn run(
         // drop-ins, connection strings and CA bundles by name.
         .watches_stream(
             watch::owned_by(
-                known,
+                &context,
                 "Clair",
                 &config_maps,
                 &client,
@@ -145,7 +144,7 @@ pub async fn run(
             referencing(store.clone(), Referenced::ConfigMap),
         )
         .watches_stream(
-            watch::owned_by(known, "Clair", &secrets, &client, &scope, watch::every()),
+            watch::owned_by(&context, "Clair", &secrets, &client, &scope, watch::every()),
             referencing(store, Referenced::Secret),
         )
         .reconcile_all_on(optional_api_changes(client, context.clone()))

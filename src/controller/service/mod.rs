@@ -86,12 +86,11 @@ pub async fn run<K: ServiceResource>(
     // appearance is heard through `capabilities`); KEDA's own HorizontalPodAutoscaler is
     // heard below.
     let _unwatched = (service_monitors, scaled_objects);
-    let known = &context.owned;
     let owner_kind = K::kind(&());
     let owner = owner_kind.as_ref();
     controller
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             owner,
             &deployments,
             &client,
@@ -99,7 +98,7 @@ pub async fn run<K: ServiceResource>(
             watch::managed(),
         ))
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             owner,
             &services,
             &client,
@@ -111,7 +110,7 @@ pub async fn run<K: ServiceResource>(
         // whichever scales the service.
         .watches_stream(
             watch::owned_by(
-                known,
+                &context,
                 owner,
                 &autoscalers,
                 &client,
@@ -121,7 +120,7 @@ pub async fn run<K: ServiceResource>(
             |hpa| scaled_service::<K>(&hpa),
         )
         .owns_stream(watch::owned_by(
-            known,
+            &context,
             owner,
             &disruption_budgets,
             &client,
@@ -130,13 +129,12 @@ pub async fn run<K: ServiceResource>(
         ))
         // Every ConfigMap and Secret, the config snapshots included: a resource names its
         // config, drop-ins and connection strings by name.
-        .watches(
-            watch::metadata::<ConfigMap>(&client, &scope),
-            watch::every(),
+        .watches_stream(
+            watch::referenced::<ConfigMap>(&context, &client, &scope),
             referencing(store.clone(), Referenced::ConfigMap),
         )
         .watches_stream(
-            watch::owned_by(known, owner, &secrets, &client, &scope, watch::every()),
+            watch::owned_by(&context, owner, &secrets, &client, &scope, watch::every()),
             referencing(store, Referenced::Secret),
         )
         .reconcile_all_on(super::capabilities::optional_api_changes(
