@@ -82,8 +82,9 @@ pub trait Observer: ObjectSource {
         selector: &str,
     ) -> impl Future<Output = Result<Vec<K>, kube::Error>> + Send;
 
-    /// A service resource (`Indexer`, `Matcher`, `Notifier`) by name, from its
-    /// controller's cache where that has it, else read.
+    /// A `Clair`'s service resource (`Indexer`, `Matcher`, `Notifier`) by name, from its
+    /// controller's cache where that holds the version the Clair's watch last showed, else
+    /// read.
     fn service<K: super::service::ServiceResource>(
         &self,
         namespace: &str,
@@ -175,9 +176,17 @@ impl Observer for Context {
         namespace: &str,
         name: &str,
     ) -> Result<Option<K>, kube::Error> {
+        // The service controller's cache and the Clair's own watch of its services are two
+        // streams: the cached object is taken only at the version the Clair's watch (whose
+        // event triggered this reconcile) last showed, else a fresh status could be missed
+        // with no event left to bring it.
+        let kind = K::kind(&());
+        let seen = self.owned.resource_version("Clair", &kind, namespace, name);
         match self.stores.get::<K>(namespace, name) {
-            Some(cached) => Ok(Some(cached.as_ref().clone())),
-            None => self.owned(namespace, name).await,
+            Some(cached) if seen.is_some() && cached.meta().resource_version == seen => {
+                Ok(Some(cached.as_ref().clone()))
+            }
+            _ => self.owned(namespace, name).await,
         }
     }
 

@@ -279,6 +279,22 @@ impl OwnedObjects {
         });
     }
 
+    /// The resourceVersion the watch last showed of object `name`.
+    pub fn resource_version(
+        &self,
+        owner_kind: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<String> {
+        self.with_map(owner_kind, kind, namespace, |map| {
+            map.objects
+                .get(&(namespace.to_string(), name.to_string()))
+                .map(|e| e.resource_version.clone())
+        })
+        .flatten()
+    }
+
     /// Forgets what was verified of object `name` (a write refused as stale, a delete).
     pub fn forget(&self, owner_kind: &str, kind: &str, namespace: &str, name: &str) {
         self.with_map(owner_kind, kind, namespace, |map| {

@@ -3,9 +3,12 @@
 //! hold them in full anyway) instead of a GET each per reconcile. A cache is registered
 //! while its controller runs (a replica that stops leading takes its caches back).
 //!
-//! A cached service may lag the Clair's own last write of it; the Clair only reads its
-//! status (consistent with the spec beside it in the same object), and the write's watch
-//! event reconciles the Clair again when the service controller has judged it.
+//! The cache and the Clair controller's own watch of its services are two streams, and
+//! either may be ahead: the Clair takes the cached object only at the resourceVersion its
+//! own watch last showed (`Observer::service`), else it reads it. (Without that check, a
+//! Clair woken by its service's status write read the older cached status and then waited
+//! a minute for its fallback: the scale benchmark at 100 Clairs converged in 1.83 times the
+//! baseline.)
 
 use std::any::{Any, TypeId};
 use std::sync::{Arc, Mutex};
