@@ -71,6 +71,15 @@ impl ServiceKind {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
+
+    /// The kind of its resource: `Indexer`, `Matcher` or `Notifier`.
+    pub fn resource_kind(self) -> &'static str {
+        match self {
+            ServiceKind::Indexer => "Indexer",
+            ServiceKind::Matcher => "Matcher",
+            ServiceKind::Notifier => "Notifier",
+        }
+    }
 }
 
 /// Access to the shared spec, so one controller serves the three kinds.

@@ -145,6 +145,23 @@ impl Applier<'_> {
                 self.record(&kind, name, Outcome::Unchanged);
                 continue;
             }
+            // Controlled, and what it holds was applied with another hash: the operator's
+            // own change, written without a read (the read would only look for a hand edit
+            // of what the operator applied, and what it applied changes anyway).
+            let superseded = matches!(write, Write::Apply(_))
+                && cached
+                    .as_ref()
+                    .and_then(|c| c.get(name))
+                    .is_some_and(|e| e.applied.is_some() && e.applied.as_deref() != Some(&hash));
+            if superseded {
+                let (_, _, now) = apply(&api, &kind, value, None, None).await?;
+                if let Some(now) = now {
+                    self.known
+                        .verified(self.owner_kind, &kind, now.meta(), &hash);
+                }
+                self.record(&kind, name, Outcome::Changed);
+                continue;
+            }
             // Listed, or read by name: changed since it was seen, not (or not yet) controlled
             // by the owner (a kept Secret without an owner, or an object of the same name
             // someone else made), or not seen at all.

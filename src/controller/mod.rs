@@ -20,6 +20,7 @@ pub mod owned;
 pub mod service;
 pub mod stores;
 pub mod templates;
+pub mod versions;
 pub mod watch;
 
 use std::sync::Arc;
@@ -471,50 +472,11 @@ pub struct Context {
     /// What the watches show of the objects the operator owns (the applier's answers).
     pub owned: Arc<owned::OwnedObjects>,
     /// The resourceVersion of each resource as last written or read here.
-    pub versions: Versions,
+    pub versions: versions::Versions,
     /// The service controllers' caches, for the Clair controller.
     pub stores: stores::Stores,
     /// The referenced ConfigMaps and Secrets as last read, while unchanged.
     pub contents: Arc<contents::Contents>,
-}
-
-/// The resourceVersion each resource had when this process last wrote its status or read
-/// it, by UID: a cached object at that version is as new as any the process knows of (its
-/// own status write included), so it needs no fresh read. One not known is read fresh,
-/// so forgetting is always safe: the record is emptied past [`Versions::MAX`] entries
-/// (resources deleted leave theirs behind).
-#[derive(Default)]
-pub struct Versions {
-    by_uid: std::sync::Mutex<std::collections::HashMap<String, String>>,
-}
-
-impl Versions {
-    const MAX: usize = 50_000;
-
-    /// Whether `object` is the version last written or read.
-    pub fn current(&self, object: &impl Resource) -> bool {
-        let meta = object.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
-            return false;
-        };
-        self.by_uid
-            .lock()
-            .is_ok_and(|known| known.get(uid) == Some(version))
-    }
-
-    /// Records `object`'s version, as just written or read.
-    pub fn seen(&self, object: &impl Resource) {
-        let meta = object.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
-            return;
-        };
-        if let Ok(mut known) = self.by_uid.lock() {
-            if known.len() >= Self::MAX && !known.contains_key(uid) {
-                known.clear();
-            }
-            known.insert(uid.clone(), version.clone());
-        }
-    }
 }
 
 impl Context {

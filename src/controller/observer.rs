@@ -8,8 +8,9 @@
 use std::fmt::Debug;
 use std::future::Future;
 
+use futures::FutureExt;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Resource;
 use kube::api::{Api, ListParams};
@@ -21,6 +22,7 @@ use super::clair::credentials::{random_base64, random_hex};
 use super::clair::probes;
 use super::contents::Kind as ContentKind;
 use super::error::ObserveError;
+use super::service::workload::DeploymentState;
 use super::{Context, Error};
 use crate::database::connstring::ConnSettings;
 use crate::database::probe::ProbeOptions;
@@ -91,6 +93,19 @@ pub trait Observer: ObjectSource {
         name: &str,
     ) -> impl Future<Output = Result<Option<K>, kube::Error>> + Send {
         self.owned(namespace, name)
+    }
+
+    /// Deployment `name` of a service resource of kind `owner_kind`, as its reconcile
+    /// judges it: from the service controller's watch where that can answer, else read.
+    fn deployment(
+        &self,
+        owner_kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<DeploymentState>, kube::Error>> + Send {
+        let _ = owner_kind;
+        self.owned::<Deployment>(namespace, name)
+            .map(|read| read.map(|d| d.as_ref().map(DeploymentState::read)))
     }
 
     /// The managed engine of StatefulSet `name`.
@@ -178,15 +193,36 @@ impl Observer for Context {
     ) -> Result<Option<K>, kube::Error> {
         // The service controller's cache and the Clair's own watch of its services are two
         // streams: the cached object is taken only at the version the Clair's watch (whose
-        // event triggered this reconcile) last showed, else a fresh status could be missed
-        // with no event left to bring it.
+        // event triggered this reconcile) last showed or a later one, else a fresh status
+        // could be missed with no event left to bring it. (A later one's event reconciles
+        // the Clair again when its watch brings it.)
         let kind = K::kind(&());
         let seen = self.owned.resource_version("Clair", &kind, namespace, name);
+        let fresh = |cached: &K| match (&cached.meta().resource_version, &seen) {
+            (Some(cached), Some(seen)) => super::versions::at_least(cached, seen),
+            _ => false,
+        };
         match self.stores.get::<K>(namespace, name) {
-            Some(cached) if seen.is_some() && cached.meta().resource_version == seen => {
-                Ok(Some(cached.as_ref().clone()))
-            }
+            Some(cached) if fresh(cached.as_ref()) => Ok(Some(cached.as_ref().clone())),
             _ => self.owned(namespace, name).await,
+        }
+    }
+
+    async fn deployment(
+        &self,
+        owner_kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<DeploymentState>, kube::Error> {
+        match self.owned.deployment(owner_kind, namespace, name) {
+            // From the watch whose events trigger the reconcile: never behind the event
+            // that woke it. One without a template hash (an older operator's) is read.
+            Some(state) if state.as_ref().is_none_or(DeploymentState::judgeable) => Ok(state),
+            _ => Ok(self
+                .owned::<Deployment>(namespace, name)
+                .await?
+                .as_ref()
+                .map(DeploymentState::read)),
         }
     }
 

@@ -5,7 +5,8 @@
 //!
 //! The cache and the Clair controller's own watch of its services are two streams, and
 //! either may be ahead: the Clair takes the cached object only at the resourceVersion its
-//! own watch last showed (`Observer::service`), else it reads it. (Without that check, a
+//! own watch last showed or a later one (`Observer::service`, `versions::at_least`), else it
+//! reads it. (Without that check, a
 //! Clair woken by its service's status write read the older cached status and then waited
 //! a minute for its fallback: the scale benchmark at 100 Clairs converged in 1.83 times the
 //! baseline.)

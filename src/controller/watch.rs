@@ -58,6 +58,27 @@ impl Scope {
     }
 }
 
+/// A kind the controllers watch: namespaced, decodable, sent between tasks.
+pub trait WatchedKind:
+    Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + 'static
+{
+}
+
+impl<K> WatchedKind for K where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static
+{
+}
+
 /// The objects of kind `K`, metadata only (kube asks the apiserver for
 /// `PartialObjectMetadata` when the type is [`PartialObjectMeta`]).
 pub fn metadata<K>(client: &Client, scope: &Scope) -> Api<PartialObjectMeta<K>>
@@ -94,7 +115,34 @@ pub fn owned_by<K>(
     config: watcher::Config,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static + use<K>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    K: WatchedKind,
+{
+    use kube::runtime::WatchStreamExt;
+    let events = tapped(
+        context,
+        owner_kind,
+        scope,
+        metadata::<K>(client, scope),
+        config,
+    );
+    context
+        .contents
+        .tap::<K, _>(super::contents::Kind::of(&K::kind(&())), events)
+        .touched_objects()
+}
+
+/// The watch of `api` in `scope`, recording on the way what it shows of the objects an
+/// `owner_kind` controls.
+fn tapped<O>(
+    context: &super::Context,
+    owner_kind: &str,
+    scope: &Scope,
+    api: Api<O>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<watcher::Event<O>, watcher::Error>> + Send + 'static + use<O>
+where
+    O: Resource<DynamicType = ()>
+        + super::owned::Watched
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
@@ -106,15 +154,29 @@ where
         Scope::Cluster => None,
         Scope::Namespace(namespace) => Some(namespace.as_str()),
     };
-    let kind = K::kind(&());
-    let events = watcher(metadata::<K>(client, scope), config).default_backoff();
-    let events = context
-        .owned
-        .tap::<K, _>(owner_kind, &kind, namespace, events);
+    let events = watcher(api, config).default_backoff();
     context
-        .contents
-        .tap::<K, _>(super::contents::Kind::of(&kind), events)
-        .touched_objects()
+        .owned
+        .tap::<O, _>(owner_kind, &O::kind(&()), namespace, events)
+}
+
+/// As [`owned_by`], the objects in full: for the service controllers' Deployments, whose
+/// status (what the phase is decided from) the metadata does not carry. What the watch
+/// shows is kept in [`super::owned`] as a `DeploymentState` (a few fields, not the object),
+/// so a reconcile reads its Deployment only where the watch cannot answer.
+pub fn owned_in_full<K>(
+    context: &super::Context,
+    owner_kind: &str,
+    _field: &crate::render::owned::Owned<K>,
+    client: &Client,
+    scope: &Scope,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static + use<K>
+where
+    K: WatchedKind + super::owned::Watched,
+{
+    use kube::runtime::WatchStreamExt;
+    tapped(context, owner_kind, scope, scope.api::<K>(client), config).touched_objects()
 }
 
 /// Every ConfigMap or Secret in `scope`, metadata only, for `watches_stream`: a trigger
@@ -125,12 +187,7 @@ pub fn referenced<K>(
     scope: &Scope,
 ) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static + use<K>
 where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
+    K: WatchedKind,
 {
     use kube::runtime::WatchStreamExt;
     let events = watcher(metadata::<K>(client, scope), every()).default_backoff();
@@ -143,6 +200,16 @@ where
 /// Those of the watched objects this operator manages: a trigger for their owners.
 pub fn managed() -> watcher::Config {
     watcher::Config::default().labels(&labels::managed_selector())
+}
+
+/// Those of the watched objects this operator made for services of `component` (`indexer`,
+/// `matcher`, `notifier`): each service controller hears its own kind's only.
+pub fn managed_component(component: &str) -> watcher::Config {
+    watcher::Config::default().labels(&format!(
+        "{},{}={component}",
+        labels::managed_selector(),
+        labels::COMPONENT
+    ))
 }
 
 /// Every watched object: a trigger for the resources that name one (a drop-in ConfigMap, a

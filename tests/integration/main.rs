@@ -89,6 +89,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::drift_is_reverted_and_deletion_removes_everything,
         services::a_second_writer_is_fought_with_a_growing_wait_and_loses,
         services::twenty_available_resources_make_no_writes_when_idle,
+        services::reconciles_judge_the_deployment_from_the_watch,
         services::a_service_monitor_appears_once_the_cluster_serves_them,
         services::tracing_renders_the_trace_section_once_its_headers_secret_is_good,
         webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,

@@ -19,7 +19,9 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::support::{FIELD_MANAGER, TestEnv, eventually, operator_writes};
+use crate::support::{
+    FIELD_MANAGER, TestEnv, eventually, operator_requests, operator_writes, request_line,
+};
 
 const CONFIG: &str = "http_listen_addr: \":6060\"\nlog_level: info\nindexer:\n  connstring: host=db\nmatcher:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\nnotifier:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\n  matcher_addr: http://matcher:6060\n";
 const LONG: Duration = Duration::from_secs(90);
@@ -759,6 +761,68 @@ pub async fn twenty_available_resources_make_no_writes_when_idle(
         idle.len()
     );
     ensure!(idle.is_empty(), "writes while idle: {idle:?}");
+    Ok(())
+}
+
+/// A service's reconciles judge its Deployment from the watch that triggers them (issue 27):
+/// reconciled again and again, an Available Indexer reads its Deployment at most right
+/// after writing it (before the write's own event is here), and a scale the deployment
+/// controller carries out is still seen, only from the watch.
+pub async fn reconciles_judge_the_deployment_from_the_watch(env: &TestEnv) -> anyhow::Result<()> {
+    let ns = env.namespace("watched-deployment").await?;
+    config_map(env, &ns, "clair-config", CONFIG).await?;
+    indexer(env, &ns, "watched", json!({})).await?;
+    wait_for::<Indexer>(env, &ns, "watched", Phase::Available, 1).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let since = SystemTime::now();
+    let api: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
+    // Five reconciles: each annotation is an event of the Indexer's own watch. Each read its
+    // Deployment before.
+    for i in 0..5 {
+        api.patch(
+            "watched",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test/touched": i.to_string()}}})),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A scale: the operator writes the Deployment once; the deployment controller's status
+    // updates (a pod more, then ready) come only through the watch.
+    api.patch(
+        "watched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2}})),
+    )
+    .await?;
+    wait_for::<Indexer>(env, &ns, "watched", Phase::Available, 2).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let requests: Vec<String> = operator_requests(env, &ns, since)?
+        .iter()
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .map(request_line)
+        .collect();
+    let reads = requests
+        .iter()
+        .filter(|r| r.as_str() == "get deployments watched")
+        .count();
+    let writes = requests
+        .iter()
+        .filter(|r| r.as_str() == "patch deployments watched")
+        .count();
+    eprintln!("operator requests in {ns}: {requests:?}");
+    ensure!(
+        writes == 1,
+        "{writes} writes of the Deployment: {requests:?}"
+    );
+    // Before, every reconcile read it (five touches, the scale's several): now only one in
+    // the moment between the write and its event (a status write and the budget's each wake
+    // the resource).
+    ensure!(
+        reads <= 2,
+        "{reads} reads of the Deployment for {writes} write: the reconciles should judge it \
+         from the watch: {requests:?}"
+    );
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 pub mod desired;
 pub mod observe;
 pub mod plan;
+pub mod workload;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -89,13 +90,14 @@ pub async fn run<K: ServiceResource>(
     let owner_kind = K::kind(&());
     let owner = owner_kind.as_ref();
     controller
-        .owns_stream(watch::owned_by(
+        // In full: the phase is decided from their status (see `owned`).
+        .owns_stream(watch::owned_in_full(
             &context,
             owner,
             &deployments,
             &client,
             &scope,
-            watch::managed(),
+            watch::managed_component(K::KIND.as_str()),
         ))
         .owns_stream(watch::owned_by(
             &context,
@@ -225,7 +227,7 @@ async fn reconcile_once<K: ServiceResource>(
         namespace: namespace.to_string(),
         name: name.to_string(),
     };
-    let ready = observe::ready_replicas(observed.deployment.as_ref());
+    let ready = workload::ready_replicas(observed.deployment.as_ref());
     match observed
         .autoscaler
         .as_ref()

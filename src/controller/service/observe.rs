@@ -10,25 +10,26 @@ use crate::api::{
     AutoscalingEngine, ConfigSource, ServiceKind, ServiceSpec, ServiceStatus, TracingSpec,
 };
 use crate::clairconfig::{self, Document};
-use crate::controller::apply;
 use crate::controller::capabilities::OptionalApi;
 use crate::controller::error::ObserveError;
 use crate::controller::observer::Observer;
 use crate::images;
 use crate::machine::observation::{ConfigObservation, DatabaseObservation};
-use crate::machine::service::{Replicas, Rollout, ServiceSnapshot, Workload};
+use crate::machine::service::ServiceSnapshot;
 use crate::render::autoscaling::{autoscaler_name, engine};
-use crate::render::service::{ConfigSnapshot, min_available};
+use crate::render::service::ConfigSnapshot;
 use crate::render::traces;
 use crate::sources::ObjectSource;
+
+use super::workload::{DeploymentState, workload};
 
 /// Everything one reconcile read about a service resource.
 pub struct Observed {
     pub config: ConfigObservation,
     /// The validated, merged config, when it is valid.
     pub snapshot: Option<ConfigSnapshot>,
-    /// The Deployment, when it exists.
-    pub deployment: Option<Deployment>,
+    /// The Deployment, when it exists: what the phase is decided from.
+    pub deployment: Option<DeploymentState>,
     /// Whether the cluster serves ServiceMonitors.
     pub service_monitors: bool,
     /// Whether the cluster serves KEDA's ScaledObjects.
@@ -53,9 +54,11 @@ pub async fn observe(
     spec: &ServiceSpec,
 ) -> Result<Option<Observed>, ObserveError> {
     // The Deployment first: while its status is stale nothing else is worth reading.
-    let deployment = (source.owned::<Deployment>(namespace, name).await)
+    let deployment = (source
+        .deployment(kind.resource_kind(), namespace, name)
+        .await)
         .map_err(ObserveError::reading(format!("Deployment {name}")))?;
-    if deployment.as_ref().is_some_and(status_is_stale) {
+    if deployment.as_ref().is_some_and(DeploymentState::is_stale) {
         return Ok(None);
     }
     let (config, snapshot) = match source.images().refusal(&images::service_images(spec)) {
@@ -107,14 +110,6 @@ pub fn keda_refusal(spec: &ServiceSpec, scaled_objects: bool) -> Option<String> 
          keda.sh/v1alpha1 ScaledObject: install KEDA, or use engine HPA"
             .to_string()
     })
-}
-
-/// The Deployment's ready pods.
-pub fn ready_replicas(deployment: Option<&Deployment>) -> i32 {
-    deployment
-        .and_then(|d| d.status.as_ref())
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0)
 }
 
 /// What the tuning metrics take from an autoscaler: its bounds, what it wants, and each
@@ -243,7 +238,7 @@ fn quantity(text: &str) -> Option<f64> {
 impl Observed {
     /// The running Deployment's replica count.
     pub fn current_replicas(&self) -> Option<i32> {
-        self.deployment.as_ref()?.spec.as_ref()?.replicas
+        self.deployment.as_ref()?.spec_replicas
     }
 
     /// What the machine takes. `desired`: the Deployment this reconcile would apply; a pod
@@ -257,7 +252,7 @@ impl Observed {
         desired: Option<&Deployment>,
     ) -> ServiceSnapshot {
         let template_pending = match (desired, &self.deployment) {
-            (Some(desired), Some(current)) => !template_contains(current, desired),
+            (Some(desired), Some(current)) => current.template_differs(desired),
             _ => false,
         };
         ServiceSnapshot {
@@ -290,21 +285,6 @@ pub async fn read(
     crate::sources::read_source(objects, namespace, source)
         .await
         .map_err(ObserveError::reading(source.describe()))
-}
-
-fn status_is_stale(deployment: &Deployment) -> bool {
-    let observed = deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.observed_generation);
-    observed < deployment.metadata.generation
-}
-
-fn template_contains(current: &Deployment, desired: &Deployment) -> bool {
-    let template = |d: &Deployment| {
-        serde_json::to_value(d.spec.as_ref().map(|s| &s.template)).unwrap_or_default()
-    };
-    apply::contains(&template(current), &template(desired))
 }
 
 /// The config of a service: missing, invalid (with the field and reason), or valid with
@@ -409,75 +389,9 @@ pub fn judge(
     }
 }
 
-/// Deployment condition reasons that mean a rollout is under way (the deployment
-/// controller leaves `NewReplicaSetAvailable` in place while only the replica count moves).
-const ROLLING: &[&str] = &[
-    "ReplicaSetUpdated",
-    "NewReplicaSetCreated",
-    "FoundNewReplicaSet",
-];
-
-/// The workload as its Deployment reports it. `autoscaled`: the replica count belongs to a
-/// HorizontalPodAutoscaler, which writes it into the Deployment. `previous_ready`: ready
-/// pods at the last observation. `template_pending`: the desired pod template differs from
-/// the running one, so a rollout starts with this reconcile's apply.
-pub fn workload(
-    deployment: Option<&Deployment>,
-    spec_replicas: i32,
-    autoscaled: bool,
-    previous_ready: i32,
-    template_pending: bool,
-) -> Workload {
-    let Some(deployment) = deployment else {
-        return Workload::Absent;
-    };
-    let status = deployment.status.clone().unwrap_or_default();
-    let progressing = status
-        .conditions
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.type_ == "Progressing");
-    let rollout = match progressing {
-        Some(c) if c.reason.as_deref() == Some("ProgressDeadlineExceeded") => {
-            Rollout::DeadlineExceeded {
-                message: c.message.unwrap_or_default(),
-            }
-        }
-        Some(c)
-            if c.status == "True" && c.reason.as_deref().is_some_and(|r| ROLLING.contains(&r)) =>
-        {
-            Rollout::Progressing
-        }
-        _ if template_pending => Rollout::Progressing,
-        _ => Rollout::Complete,
-    };
-    let autoscaler = autoscaled
-        .then(|| deployment.spec.as_ref().and_then(|s| s.replicas))
-        .flatten();
-    let mut replicas = Replicas {
-        spec: spec_replicas,
-        autoscaler,
-        current: status.replicas.unwrap_or(0),
-        ready: status.ready_replicas.unwrap_or(0),
-        min_available: 0,
-        previous_ready,
-    };
-    replicas.min_available = min_available(replicas.wanted());
-    Workload::Present { rollout, replicas }
-}
-
 /// The config hash the Deployment's pod template carries, if any.
-pub fn running_hash(deployment: Option<&Deployment>) -> Option<String> {
-    deployment?
-        .spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get(crate::render::service::CONFIG_HASH)
-        .cloned()
+pub fn running_hash(deployment: Option<&DeploymentState>) -> Option<String> {
+    deployment?.config_hash.clone()
 }
 
 #[cfg(test)]
@@ -499,64 +413,5 @@ mod tests {
         assert_eq!(label_safe("requests_per_second"), "requests_per_second");
         assert_eq!(label_safe("x\"} 1\nforged{a=\"b"), "x___1_forged_a__b");
         assert_eq!(label_safe(&"a".repeat(500)).len(), 63);
-    }
-    use serde_json::json;
-
-    fn deployment(reason: &str, status: &str) -> Deployment {
-        serde_json::from_value(json!({
-            "metadata": {"name": "d", "generation": 2},
-            "spec": {"replicas": 3, "selector": {}, "template": {}},
-            "status": {
-                "observedGeneration": 2, "replicas": 3, "readyReplicas": 2,
-                "conditions": [{"type": "Progressing", "status": status, "reason": reason}]
-            }
-        }))
-        .expect("deployment")
-    }
-
-    fn rollout(workload: Workload) -> Rollout {
-        match workload {
-            Workload::Present { rollout, .. } => rollout,
-            Workload::Absent => panic!("absent"),
-        }
-    }
-
-    #[test]
-    fn the_deployment_conditions_say_how_the_rollout_goes() {
-        let d = deployment("ProgressDeadlineExceeded", "False");
-        assert!(matches!(
-            rollout(workload(Some(&d), 3, false, 3, false)),
-            Rollout::DeadlineExceeded { .. }
-        ));
-        let d = deployment("ReplicaSetUpdated", "True");
-        assert_eq!(
-            rollout(workload(Some(&d), 3, false, 3, false)),
-            Rollout::Progressing
-        );
-        // Scaling alone leaves NewReplicaSetAvailable in place: not a rollout...
-        let d = deployment("NewReplicaSetAvailable", "True");
-        assert_eq!(
-            rollout(workload(Some(&d), 5, false, 3, false)),
-            Rollout::Complete
-        );
-        // ...unless the pod template is about to change.
-        assert_eq!(
-            rollout(workload(Some(&d), 3, false, 3, true)),
-            Rollout::Progressing
-        );
-        assert_eq!(workload(None, 3, false, 0, false), Workload::Absent);
-    }
-
-    #[test]
-    fn an_autoscaled_count_comes_from_the_deployment() {
-        let d = deployment("NewReplicaSetAvailable", "True");
-        let Workload::Present { replicas, .. } = workload(Some(&d), 1, true, 2, false) else {
-            panic!("absent")
-        };
-        assert_eq!(
-            (replicas.wanted(), replicas.ready, replicas.min_available),
-            (3, 2, 2)
-        );
-        assert_eq!(replicas.previous_ready, 2);
     }
 }

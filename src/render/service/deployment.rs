@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     API_PORT, CLAIR_DRAIN_SECONDS, CONFIG_DIR, CONFIG_FILE, CONFIG_HASH, DEFAULT_SCRATCH,
-    INTROSPECTION_PORT, PRE_STOP_SECONDS, ServiceInput, image, metadata,
+    INTROSPECTION_PORT, PRE_STOP_SECONDS, ServiceInput, TEMPLATE_HASH, image, metadata,
 };
 use crate::api::labels;
 use crate::api::{ServiceKind, ServiceSpec};
@@ -234,8 +234,24 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
         ..restricted_pod(input.users, CLAIR_UID)
     };
     settings::apply(&mut pod_spec, pod, &["CLAIR_MODE", "CLAIR_CONF", "TMPDIR"]);
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(settings::labels(pod, own_labels)),
+            annotations: settings::annotations(
+                pod,
+                BTreeMap::from([(CONFIG_HASH.to_string(), config_hash.to_string())]),
+            ),
+            ..Default::default()
+        }),
+        spec: Some(pod_spec),
+    };
+    let mut meta = metadata(input, input.name.to_string());
+    meta.annotations = Some(BTreeMap::from([(
+        TEMPLATE_HASH.to_string(),
+        crate::clairconfig::hash(&serde_json::to_value(&template).unwrap_or_default()),
+    )]));
     Deployment {
-        metadata: metadata(input, input.name.to_string()),
+        metadata: meta,
         spec: Some(DeploymentSpec {
             replicas: match spec.autoscaling {
                 None => Some(spec.replicas),
@@ -245,17 +261,7 @@ pub fn deployment(input: &ServiceInput, snapshot_secret: &str, config_hash: &str
                 match_labels: Some(selector),
                 ..Default::default()
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(settings::labels(pod, own_labels)),
-                    annotations: settings::annotations(
-                        pod,
-                        BTreeMap::from([(CONFIG_HASH.to_string(), config_hash.to_string())]),
-                    ),
-                    ..Default::default()
-                }),
-                spec: Some(pod_spec),
-            },
+            template,
             ..Default::default()
         }),
         ..Default::default()

@@ -26,6 +26,10 @@ pub const CONFIG_DIR: &str = "/config";
 pub const CONFIG_FILE: &str = "config.json";
 /// The pod-template annotation carrying the config hash, so a new config rolls the pods.
 pub const CONFIG_HASH: &str = "clair.projectquay.io/config-hash";
+/// The Deployment annotation carrying a hash of the pod template the operator applied: a
+/// service's reconcile tells from its watch whether the template it wants is the one
+/// running, without reading the template.
+pub const TEMPLATE_HASH: &str = "clair.projectquay.io/template-hash";
 /// The label on config snapshot Secrets carrying the hash.
 pub const SNAPSHOT_HASH: &str = "clair.projectquay.io/config-hash";
 const DEFAULT_SCRATCH: &str = "10Gi";
