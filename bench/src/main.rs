@@ -31,6 +31,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use clair_operator::controller::service::observe::running_hash;
+use clair_operator::controller::service::workload::DeploymentState;
 use cluster::{Cluster, NAMESPACE};
 use measure::{ProcessFigures, Requests};
 
@@ -255,7 +256,7 @@ fn operator_run(
         let old = cluster::deployments(&client).await?;
         let old_hashes: std::collections::BTreeMap<String, Option<String>> = old
             .iter()
-            .map(|(name, d)| (name.clone(), running_hash(Some(d))))
+            .map(|(name, d)| (name.clone(), running_hash(Some(&DeploymentState::of(d)))))
             .collect();
         let roll_from = Timestamp::now();
         let start = Instant::now();
@@ -271,7 +272,7 @@ fn operator_run(
                 Ok(now
                     .iter()
                     .filter(|(name, d)| {
-                        let hash = running_hash(Some(d));
+                        let hash = running_hash(Some(&DeploymentState::of(d)));
                         hash.is_some()
                             && old_hashes.get(*name) != Some(&hash)
                             && cluster::rolled_out(d)

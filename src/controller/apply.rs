@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -160,6 +162,18 @@ impl Applier<'_> {
                         .verified(self.owner_kind, &kind, now.meta(), &hash);
                 }
                 self.record(&kind, name, Outcome::Changed);
+                continue;
+            }
+            // Made once and never changed after (a config snapshot): created without a read
+            // first. A create never takes over an object of the name; if one exists, it is
+            // read below and judged as before.
+            if matches!(write, Write::CreateOnce(_))
+                && listed.is_none()
+                && let Some(created) = create(&api, &kind, name, &value.value).await?
+            {
+                self.known
+                    .verified(self.owner_kind, &kind, created.meta(), &hash);
+                self.record(&kind, name, Outcome::Created);
                 continue;
             }
             // Listed, or read by name: changed since it was seen, not (or not yet) controlled
@@ -368,6 +382,37 @@ where
         // Gone, or another object under the name now.
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(source) => Err(ApplyError::Delete {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Creates `value` (of `kind`): `None` when an object of its name exists.
+async fn create<T>(
+    api: &Api<T>,
+    kind: &str,
+    name: &str,
+    value: &Value,
+) -> Result<Option<T>, ApplyError>
+where
+    T: Resource + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let object: T =
+        serde_json::from_value(value.clone()).map_err(|source| ApplyError::Serialize {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            source,
+        })?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(created) => Ok(Some(created)),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+        Err(source) => Err(ApplyError::Write {
             kind: kind.to_string(),
             name: name.to_string(),
             source,

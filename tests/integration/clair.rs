@@ -1135,7 +1135,7 @@ pub async fn an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll(
             .with_context(|| format!("no `{wanted}` among the operator's writes: {writes:?}"))
     };
     let roll = first("patch deployments clair-indexer")?;
-    let post = first("patch jobs clair-upgrade-post-v4-9-0")?;
+    let post = first("create jobs clair-upgrade-post-v4-9-0")?;
     let cleanup = first("delete jobs clair-upgrade-pre-v4-9-0")?;
     ensure!(
         roll < post && post < cleanup,
