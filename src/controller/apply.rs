@@ -150,25 +150,38 @@ impl Applier<'_> {
             // Controlled, and what it holds was applied with another hash: the operator's
             // own change, written without a read (the read would only look for a hand edit
             // of what the operator applied, and what it applied changes anyway).
-            let superseded = matches!(write, Write::Apply(_))
-                && cached
-                    .as_ref()
-                    .and_then(|c| c.get(name))
-                    .is_some_and(|e| e.applied.is_some() && e.applied.as_deref() != Some(&hash));
-            if superseded {
-                let (_, _, now) = apply(&api, &kind, value, None, None).await?;
-                if let Some(now) = now {
-                    self.known
-                        .verified(self.owner_kind, &kind, now.meta(), &hash);
+            // Its UID goes with the write as a precondition: should the watch be behind a
+            // delete and someone else's object of the name, the apiserver refuses the write
+            // (the UID is immutable), and the object is read and judged below.
+            let superseded = cached
+                .as_ref()
+                .and_then(|c| c.get(name))
+                .filter(|e| matches!(write, Write::Apply(_)) && !e.uid.is_empty())
+                .filter(|e| e.applied.is_some() && e.applied.as_deref() != Some(&hash))
+                .map(|e| e.uid.clone());
+            if let Some(uid) = superseded {
+                let mut guarded = value.clone();
+                guarded.value["metadata"]["uid"] = Value::String(uid);
+                match apply(&api, &kind, guarded, None, None).await {
+                    Ok((_, _, now)) => {
+                        if let Some(now) = now {
+                            self.known
+                                .verified(self.owner_kind, &kind, now.meta(), &hash);
+                        }
+                        self.record(&kind, name, Outcome::Changed);
+                        continue;
+                    }
+                    Err(ApplyError::Write {
+                        source: kube::Error::Api(status),
+                        ..
+                    }) if status.code == 409 || status.code == 422 => {}
+                    Err(error) => return Err(error),
                 }
-                self.record(&kind, name, Outcome::Changed);
-                continue;
             }
             // Made once and never changed after (a config snapshot): created without a read
             // first. A create never takes over an object of the name; if one exists, it is
             // read below and judged as before.
             if matches!(write, Write::CreateOnce(_))
-                && listed.is_none()
                 && let Some(created) = create(&api, &kind, name, &value.value).await?
             {
                 self.known
@@ -211,9 +224,10 @@ impl Applier<'_> {
                 (Write::CreateOnce(_), Some(current)) => {
                     (Outcome::Unchanged, Some(current.clone()))
                 }
+                // Gone between the create and the read: made again (a create, never a patch).
                 (Write::CreateOnce(_), None) => {
-                    let (outcome, _, now) = apply(&api, &kind, value, None, None).await?;
-                    (outcome, now)
+                    let now = create(&api, &kind, name, &value.value).await?;
+                    (Outcome::Created, now)
                 }
                 _ => {
                     let fight = (self.contests, &contest);
@@ -421,6 +435,7 @@ where
 }
 
 /// An object as the operator applies it: its hash in the applied annotation.
+#[derive(Clone)]
 struct Applied {
     value: Value,
     hash: String,

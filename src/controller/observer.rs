@@ -217,7 +217,7 @@ impl Observer for Context {
         match self.owned.deployment(owner_kind, namespace, name) {
             // From the watch whose events trigger the reconcile: never behind the event
             // that woke it. One without a template hash (an older operator's) is read.
-            Some(state) if state.as_ref().is_none_or(DeploymentState::judgeable) => Ok(state),
+            Some(state) if state.judgeable() => Ok(Some(state)),
             _ => Ok(self
                 .owned::<Deployment>(namespace, name)
                 .await?

@@ -298,31 +298,51 @@ impl OwnedObjects {
                 resource_version: entry.resource_version.clone(),
                 generation: entry.generation,
             });
-            // The state the watch showed holds for the same version; a write's is not here
-            // until its event is.
-            entry.deployment = map
-                .objects
-                .get(&key)
-                .filter(|p| p.uid == entry.uid && p.resource_version == entry.resource_version)
-                .and_then(|p| p.deployment.clone());
-            map.objects.insert(key, entry);
+            let verified = entry.verified.clone();
+            match map.objects.get_mut(&key).filter(|p| p.uid == entry.uid) {
+                // The watch already brought this version or a later one (a status update
+                // of the same spec, say): kept, with what was verified.
+                Some(seen)
+                    if super::versions::at_least(
+                        &seen.resource_version,
+                        &entry.resource_version,
+                    ) =>
+                {
+                    seen.verified = verified;
+                }
+                // A write's own state is not here until its event is.
+                _ => {
+                    map.objects.insert(key, entry);
+                }
+            }
         });
     }
 
-    /// Deployment `name`, controlled by an `owner_kind`, as its watch last showed it:
-    /// `Some(None)` when the watch has listed and holds no such Deployment; `None` when it
-    /// cannot say (not listed yet, or written here since its last event): read it.
+    /// Deployment `name`, controlled by an `owner_kind`, as its watch last showed it, when
+    /// that is the spec the operator last wrote or verified (the same generation). `None`
+    /// when the watch cannot say: read it. Not listed yet; not in the watch (gone, or a
+    /// selector label removed by hand: only a read tells); written here since its last
+    /// event; or its spec changed by someone else (a fight over the pod template must be
+    /// judged from the template itself, not from the operator's hash of what it applied).
     pub fn deployment(
         &self,
         owner_kind: &str,
         namespace: &str,
         name: &str,
-    ) -> Option<Option<DeploymentState>> {
+    ) -> Option<DeploymentState> {
         let kind = Deployment::kind(&());
         self.with_map(owner_kind, &kind, namespace, |map| {
-            match map.objects.get(&(namespace.to_string(), name.to_string())) {
-                None => Some(None),
-                Some(entry) => entry.deployment.clone().map(Some),
+            let entry = map
+                .objects
+                .get(&(namespace.to_string(), name.to_string()))?;
+            let spec_verified = entry
+                .verified
+                .as_ref()
+                .is_some_and(|v| v.generation.is_some() && v.generation == entry.generation);
+            if spec_verified {
+                entry.deployment.clone()
+            } else {
+                None
             }
         })
         .flatten()
@@ -488,5 +508,61 @@ mod tests {
         other_owner.owner_references.as_mut().unwrap()[0].kind = "Clair".into();
         owned.record(&key, "Indexer", &event(other_owner));
         assert_eq!(owned.entries(), 0);
+    }
+
+    fn full(meta: ObjectMeta, ready: i32) -> Event<Deployment> {
+        Event::Apply(Deployment {
+            metadata: meta,
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                ready_replicas: Some(ready),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn ready(owned: &OwnedObjects) -> Option<Option<i32>> {
+        owned
+            .deployment("Indexer", "ns", "clair-indexer")
+            .map(|d| d.ready_replicas)
+    }
+
+    #[test]
+    fn a_deployment_is_judged_from_its_watch_only_at_the_spec_the_operator_verified() {
+        let (owned, key) = listed();
+        // Not in the watch: only a read tells whether it is gone or out of the watch.
+        assert_eq!(ready(&owned), None);
+        // Seen, but never verified (a restart): read once.
+        owned.record(&key, "Indexer", &full(meta("10", Some(1), "h1"), 0));
+        assert_eq!(ready(&owned), None);
+        // Verified at that version: the state the watch brought answers.
+        owned.verified("Indexer", "Deployment", &meta("10", Some(1), "h1"), "h1");
+        assert_eq!(ready(&owned), Some(Some(0)));
+        // The deployment controller's status update: a new state, the same spec.
+        owned.record(&key, "Indexer", &full(meta("11", Some(1), "h1"), 1));
+        assert_eq!(ready(&owned), Some(Some(1)));
+        // The operator's own write: its state is not here until its event is.
+        owned.verified("Indexer", "Deployment", &meta("12", Some(2), "h2"), "h2");
+        assert_eq!(ready(&owned), None);
+        owned.record(&key, "Indexer", &full(meta("12", Some(2), "h2"), 1));
+        assert_eq!(ready(&owned), Some(Some(1)));
+        // Someone else's spec change (a new generation): the template must be read.
+        owned.record(&key, "Indexer", &full(meta("13", Some(3), "h2"), 1));
+        assert_eq!(ready(&owned), None);
+    }
+
+    #[test]
+    fn a_verification_does_not_take_back_a_later_version_the_watch_brought() {
+        let (owned, key) = listed();
+        // The watch brings the write and a status update before the writer records it.
+        owned.record(&key, "Indexer", &full(meta("10", Some(1), "h1"), 0));
+        owned.record(&key, "Indexer", &full(meta("11", Some(1), "h1"), 1));
+        owned.verified("Indexer", "Deployment", &meta("10", Some(1), "h1"), "h1");
+        assert_eq!(
+            owned.resource_version("Indexer", "Deployment", "ns", "clair-indexer"),
+            Some("11".to_string())
+        );
+        assert!(owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
+        assert_eq!(ready(&owned), Some(Some(1)));
     }
 }

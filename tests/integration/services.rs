@@ -775,6 +775,7 @@ pub async fn reconciles_judge_the_deployment_from_the_watch(env: &TestEnv) -> an
     wait_for::<Indexer>(env, &ns, "watched", Phase::Available, 1).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let since = SystemTime::now();
+    let reconciled = indexer_reconciles(env)?;
     let api: Api<Indexer> = Api::namespaced(env.client().await?, &ns);
     // Five reconciles: each annotation is an event of the Indexer's own watch. Each read its
     // Deployment before.
@@ -787,6 +788,12 @@ pub async fn reconciles_judge_the_deployment_from_the_watch(env: &TestEnv) -> an
         .await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // (Other tests' Indexers reconcile too: this says only that reconciles ran.)
+    let touches = indexer_reconciles(env)? - reconciled;
+    ensure!(
+        touches >= 5.0,
+        "{touches} Indexer reconciles for five touches"
+    );
     // A scale: the operator writes the Deployment once; the deployment controller's status
     // updates (a pod more, then ready) come only through the watch.
     api.patch(
@@ -802,19 +809,29 @@ pub async fn reconciles_judge_the_deployment_from_the_watch(env: &TestEnv) -> an
         .filter(|e| e["stage"] == "ResponseComplete")
         .map(request_line)
         .collect();
-    let reads = requests
-        .iter()
-        .filter(|r| r.as_str() == "get deployments watched")
-        .count();
-    let writes = requests
-        .iter()
-        .filter(|r| r.as_str() == "patch deployments watched")
-        .count();
-    eprintln!("operator requests in {ns}: {requests:?}");
-    ensure!(
-        writes == 1,
-        "{writes} writes of the Deployment: {requests:?}"
+    let at = |wanted: &str| -> Vec<usize> {
+        (requests.iter().enumerate())
+            .filter(|(_, r)| r.as_str() == wanted)
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let (reads, writes) = (
+        at("get deployments watched"),
+        at("patch deployments watched"),
     );
+    eprintln!("operator requests in {ns}: {requests:?}");
+    // One write (one refused, its UID precondition failing, would show as a second), not
+    // read before: the watch shows the Deployment the operator's, holding what it applied.
+    ensure!(
+        writes.len() == 1,
+        "{} writes of the Deployment: {requests:?}",
+        writes.len()
+    );
+    ensure!(
+        reads.iter().all(|&read| read > writes[0]),
+        "the Deployment was read before the operator changed it: {requests:?}"
+    );
+    let (reads, writes) = (reads.len(), writes.len());
     // Before, every reconcile read it (five touches, the scale's several): now only one in
     // the moment between the write and its event (a status write and the budget's each wake
     // the resource).
@@ -824,6 +841,18 @@ pub async fn reconciles_judge_the_deployment_from_the_watch(env: &TestEnv) -> an
          from the watch: {requests:?}"
     );
     Ok(())
+}
+
+/// Indexer reconciles the operator counted, over the cluster.
+fn indexer_reconciles(env: &TestEnv) -> anyhow::Result<f64> {
+    let text = crate::metrics::metrics_text(env)?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.starts_with("clair_operator_reconciles_total{") && l.contains("kind=\"Indexer\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
 }
 
 const SERVICE_MONITOR_CRD: &str = r#"{

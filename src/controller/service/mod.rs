@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
@@ -22,6 +23,8 @@ use serde::de::DeserializeOwned;
 use tracing::debug;
 
 use super::apply::apply_service;
+use super::error::ObserveError;
+use super::observer::Observer;
 use super::watch::{self, Scope};
 use super::{Context, Error, Owner, Referenced, now};
 use crate::api::Phase;
@@ -214,7 +217,8 @@ async fn reconcile_once<K: ServiceResource>(
     let generation = object.meta().generation.unwrap_or(0);
 
     // Observe: reads only.
-    let Some(observed) = observe::observe(context.as_ref(), K::KIND, namespace, name, spec).await?
+    let Some(mut observed) =
+        observe::observe(context.as_ref(), K::KIND, namespace, name, spec).await?
     else {
         // The deployment controller's status write, when it catches up, is an event of the
         // owned Deployment and reconciles this again; the requeue is only a fallback. (A 2 s
@@ -253,11 +257,22 @@ async fn reconcile_once<K: ServiceResource>(
     };
 
     // Decide, and what to write: the pure plan (`render` makes the same).
+    let mut planned = plan::plan(&input, &observed, generation, status, &now());
+    if planned.template_unconfirmed {
+        // Another hash than the one desired: whether the template differs as the apiserver
+        // keeps it (an operator upgrade may only spell out a default) takes the template.
+        observed.deployment = (context.owned::<Deployment>(namespace, name).await)
+            .map_err(ObserveError::reading(format!("Deployment {name}")))?
+            .as_ref()
+            .map(workload::DeploymentState::read);
+        planned = plan::plan(&input, &observed, generation, status, &now());
+    }
     let plan::Plan {
         decision,
         objects,
         status: new_status,
-    } = plan::plan(&input, &observed, generation, status, &now());
+        ..
+    } = planned;
 
     // Apply.
     let applier = owner.applier(&context);

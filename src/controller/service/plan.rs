@@ -18,6 +18,9 @@ pub struct Plan {
     pub decision: Decision,
     pub objects: ServiceObjects,
     pub status: ServiceStatus,
+    /// The Deployment was judged from its watch, and its template hash is not the desired
+    /// one: only the template read tells whether the template differs (plan again then).
+    pub template_unconfirmed: bool,
 }
 
 /// The plan for `input` as observed, at `generation`, after `status` (none before the
@@ -37,11 +40,16 @@ pub fn plan(
     let since = decision.phase_since(status.and_then(|s| s.phase_since.as_ref()), now);
     let running = running_hash(observed.deployment.as_ref());
     let config_hash = desired::config_hash(&decision, observed, running);
+    let template_unconfirmed = match (&rolled, &observed.deployment) {
+        (Some(desired), Some(running)) => running.template_unconfirmed(desired),
+        _ => false,
+    };
     let objects = desired::objects(input, observed, rolled, &decision, config_hash.as_deref());
     let status = desired::status(input, &snapshot, &decision, config_hash, since);
     Plan {
         decision,
         objects,
         status,
+        template_unconfirmed,
     }
 }

@@ -26,8 +26,8 @@ pub struct DeploymentState {
     pub config_hash: Option<String>,
     /// The hash of the pod template the operator applied (its `TEMPLATE_HASH` annotation).
     pub template_hash: Option<String>,
-    /// The pod template itself, only when read live from a Deployment without a template
-    /// hash (written by an operator from before it): compared in full then.
+    /// The pod template itself, only when read live: compared in full then (the hash says
+    /// what the operator applied, the template what runs).
     pub template: Option<Value>,
 }
 
@@ -81,21 +81,19 @@ impl DeploymentState {
         }
     }
 
-    /// As [`Self::of`], for a Deployment read live: the template kept when it has no
-    /// template hash to compare.
+    /// As [`Self::of`], for a Deployment read live: with its pod template.
     pub fn read(deployment: &Deployment) -> Self {
         let mut state = Self::of(deployment);
-        if state.template_hash.is_none() {
-            state.template = deployment
-                .spec
-                .as_ref()
-                .and_then(|s| serde_json::to_value(&s.template).ok());
-        }
+        state.template = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| serde_json::to_value(&s.template).ok());
         state
     }
 
     /// Whether a reconcile can judge from this without the object: it carries the template
-    /// hash (every Deployment this operator wrote since the hash was added does).
+    /// hash (every Deployment this operator wrote since the hash was added does) or the
+    /// template.
     pub fn judgeable(&self) -> bool {
         self.template_hash.is_some() || self.template.is_some()
     }
@@ -106,23 +104,34 @@ impl DeploymentState {
     }
 
     /// Whether the pod template differs from the one `desired` carries: a rollout starts
-    /// with this reconcile's apply.
+    /// with this reconcile's apply. From the template where it was read, else from the
+    /// hash of what the operator applied.
     pub fn template_differs(&self, desired: &Deployment) -> bool {
-        let desired_hash = desired
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(TEMPLATE_HASH));
-        match (&self.template_hash, &self.template) {
-            (Some(running), _) => Some(running) != desired_hash,
-            (None, Some(running)) => {
+        match (&self.template, &self.template_hash) {
+            (Some(running), _) => {
                 let template = serde_json::to_value(desired.spec.as_ref().map(|s| &s.template))
                     .unwrap_or_default();
                 !apply::contains(running, &template)
             }
+            (None, Some(running)) => Some(running) != template_hash(desired),
             (None, None) => true,
         }
     }
+
+    /// Whether only a read can settle [`Self::template_differs`]: the hashes differ and
+    /// the template was not read. Another hash need not be another template as the
+    /// apiserver keeps it (a default the operator now spells out, after an upgrade).
+    pub fn template_unconfirmed(&self, desired: &Deployment) -> bool {
+        self.template.is_none() && self.template_differs(desired)
+    }
+}
+
+fn template_hash(deployment: &Deployment) -> Option<&String> {
+    deployment
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TEMPLATE_HASH))
 }
 
 /// The Deployment's ready pods.
@@ -254,8 +263,17 @@ mod tests {
         let watched = DeploymentState::of(&with_template(json!({TEMPLATE_HASH: "t1"}), json!({})));
         assert!(watched.judgeable() && watched.template.is_none());
         assert!(watched.template_differs(&desired));
+        assert!(watched.template_unconfirmed(&desired));
         let same = DeploymentState::of(&with_template(json!({TEMPLATE_HASH: "t2"}), json!({})));
-        assert!(!same.template_differs(&desired));
+        assert!(!same.template_differs(&desired) && !same.template_unconfirmed(&desired));
+        // Read live, the template decides, whatever the hash: someone else's image under the
+        // operator's hash is a difference.
+        let fought = with_template(
+            json!({TEMPLATE_HASH: "t2"}),
+            json!({"spec": {"containers": [{"name": "clair", "image": "theirs"}]}}),
+        );
+        let read = DeploymentState::read(&fought);
+        assert!(read.template_differs(&desired) && !read.template_unconfirmed(&desired));
         // An older operator's Deployment has no hash: from the watch it cannot be judged,
         // read live it is compared in full (the apiserver's defaults are extra, not a change).
         let old = with_template(
