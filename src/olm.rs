@@ -619,8 +619,13 @@ mod tests {
             .chain(ServiceObjects::kinds())
         {
             // Written by server-side apply (`patch`, and `create` for a new object), read
-            // to decide what is unchanged and what to prune.
+            // to decide what is unchanged and what to prune. Jobs (the upgrade steps) are
+            // made once and never changed: created, never patched.
+            let made_once = kind.group == "batch" && kind.plural == "jobs";
             for verb in ["get", "list", "create", "patch"] {
+                if made_once && verb == "patch" {
+                    continue;
+                }
                 if !grants(&kind.group, &kind.plural, verb) {
                     missing.push(format!("{verb} {}.{}", kind.plural, kind.group));
                 }
