@@ -11,7 +11,7 @@ use clair_operator::api::service::ClairService;
 use clair_operator::api::{DEFAULT_IMAGE, Indexer, Matcher, Notifier, Phase};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -131,6 +131,28 @@ async fn wait_for_events(
         },
     )
     .await
+}
+
+/// A ResourceQuota named `hold` admitting no pod beyond those running in `ns`, once the
+/// quota controller has counted them (before that, admission refuses every pod anyway).
+async fn hold_new_pods(env: &TestEnv, ns: &str) -> anyhow::Result<Api<ResourceQuota>> {
+    let pods: Api<Pod> = Api::namespaced(env.client().await?, ns);
+    let running = pods.list(&ListParams::default()).await?.items.len();
+    let quotas: Api<ResourceQuota> = Api::namespaced(env.client().await?, ns);
+    let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "hold"},
+        "spec": {"hard": {"pods": running.to_string()}}});
+    quotas
+        .create(&PostParams::default(), &serde_json::from_value(quota)?)
+        .await?;
+    eventually(LONG, "the quota counted", || {
+        let quotas = quotas.clone();
+        async move {
+            let used = quotas.get("hold").await?.status.and_then(|s| s.used);
+            Ok(used.is_some_and(|u| u.contains_key("pods")))
+        }
+    })
+    .await?;
+    Ok(quotas)
 }
 
 async fn event_notes(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
@@ -516,14 +538,18 @@ pub async fn scaling_by_kubectl_and_by_the_autoscaler_pass_through_scaling(
     )
     .await?;
     wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 2).await?;
+    // kwok makes a pod ready at once, so the autoscaler's third pod could be ready before
+    // the operator looks: a quota of the pods running holds it back until Scaling is seen.
+    let quota = hold_new_pods(env, &ns).await?;
     api.patch(
         "auto",
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"autoscaling": {"minReplicas": 3}}})),
     )
     .await?;
-    wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 3).await?;
     wait_for_events(env, &ns, "auto", &["Available → Scaling"]).await?;
+    quota.delete("hold", &DeleteParams::default()).await?;
+    wait_for::<Indexer>(env, &ns, "auto", Phase::Available, 3).await?;
 
     // The tuning metrics follow: one scale-up, its time to ready, pinned at minReplicas.
     let auto = [
