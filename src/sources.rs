@@ -46,6 +46,52 @@ impl ObjectSource for Client {
     }
 }
 
+/// Reads through `client`, each object once: the sources of one admission review often
+/// name one Secret several times (a `Clair`'s three database keys in one Secret).
+pub struct ReadOnce<'a> {
+    client: &'a Client,
+    config_maps: tokio::sync::Mutex<std::collections::BTreeMap<String, Option<ConfigMap>>>,
+    secrets: tokio::sync::Mutex<std::collections::BTreeMap<String, Option<Secret>>>,
+}
+
+impl<'a> ReadOnce<'a> {
+    pub fn new(client: &'a Client) -> Self {
+        Self {
+            client,
+            config_maps: Default::default(),
+            secrets: Default::default(),
+        }
+    }
+}
+
+impl ObjectSource for ReadOnce<'_> {
+    async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ConfigMap>, kube::Error> {
+        let key = format!("{namespace}/{name}");
+        let mut read = self.config_maps.lock().await;
+        if let Some(object) = read.get(&key) {
+            return Ok(object.clone());
+        }
+        let object = self.client.config_map(namespace, name).await?;
+        read.insert(key, object.clone());
+        Ok(object)
+    }
+
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, kube::Error> {
+        let key = format!("{namespace}/{name}");
+        let mut read = self.secrets.lock().await;
+        if let Some(object) = read.get(&key) {
+            return Ok(object.clone());
+        }
+        let object = self.client.secret(namespace, name).await?;
+        read.insert(key, object.clone());
+        Ok(object)
+    }
+}
+
 /// Reads one config source; `Ok(Err(what))` names what is missing.
 pub async fn read_source(
     objects: &impl ObjectSource,

@@ -160,6 +160,13 @@ impl Error {
         }
     }
 
+    /// Whether someone must act on the resource or around it (a same-named object, what
+    /// it asks for refused, permissions): worth a Warning Event on it, where
+    /// `kubectl describe` shows it. A transient failure is only logged.
+    pub fn needs_action(&self) -> bool {
+        matches!(self, Error::Apply(ApplyError::NotOurs { .. })) || !self.is_transient()
+    }
+
     /// Whether retrying soon may succeed.
     pub fn is_transient(&self) -> bool {
         self.retry() == Retry::Soon
@@ -170,6 +177,9 @@ impl Error {
         let kube = match self {
             Error::Observe(e) => Some(&e.source),
             Error::Apply(ApplyError::Serialize { .. }) => return Retry::OnChange,
+            // Clears when the other object goes (often by itself: the garbage collector
+            // removing a deleted resource's), a change no watch of the resource hears.
+            Error::Apply(ApplyError::NotOurs { .. }) => return Retry::Soon,
             Error::Apply(e) => e.kube(),
             Error::Status(e) => Some(&e.source),
             Error::MissingField(_) => return Retry::OnChange,

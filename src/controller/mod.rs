@@ -109,6 +109,7 @@ impl Owner {
             owner_uid: &self.uid,
             owner_kind: &self.reference.kind,
             known: &context.owned,
+            stores: &context.stores,
             contents: &context.contents,
             metrics: &context.metrics,
             contests: &context.contests,
@@ -193,6 +194,12 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     failure: &Error,
     context: Arc<Context>,
 ) -> Action {
+    if failure.needs_action() {
+        let reference = object.object_ref(&());
+        let (reason, note) = (failure.reason(), failure.to_string());
+        let context = context.clone();
+        tokio::spawn(async move { publish_failure(&context, reason, note, &reference).await });
+    }
     let object = describe(object.as_ref());
     match context.retries.failed(&object, failure) {
         Some(delay) if failure.is_transient() => {
@@ -423,6 +430,35 @@ async fn publish_transition(
             debug!(object = ?object.name, "no Event: the namespace is being deleted");
         }
         Err(e) => warn!(object = ?object.name, error = %e, "cannot record the transition Event"),
+    }
+}
+
+/// Records a failed reconcile that needs someone to act as a Warning Event on `object`
+/// (repeats of the same one are counted in one Event's series).
+async fn publish_failure(
+    context: &Context,
+    reason: &str,
+    note: String,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+) {
+    use kube::runtime::events::{Event, EventType};
+    let published = context
+        .events
+        .publish(
+            &Event {
+                type_: EventType::Warning,
+                reason: reason.to_string(),
+                note: Some(note),
+                action: "Reconcile".to_string(),
+                secondary: None,
+            },
+            object,
+        )
+        .await;
+    if let Err(e) = published
+        && !error::namespace_terminating(&e)
+    {
+        warn!(object = ?object.name, error = %e, "cannot record the failure Event");
     }
 }
 

@@ -16,6 +16,7 @@ use kube::Resource;
 use kube::api::{Api, ListParams};
 use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
+use tracing::debug;
 
 use super::capabilities::OptionalApi;
 use super::clair::credentials::{random_base64, random_hex};
@@ -58,6 +59,12 @@ pub enum Credential {
     /// A managed database role's password: 24 bytes, hex (safe in any connection string).
     Password,
 }
+
+/// How long a Clair's reconcile waits for a service controller's cache to bring the version
+/// of a service its own watch showed (the same event, on another stream), and how often it
+/// looks: a read after that.
+const CACHE_CATCH_UP: std::time::Duration = std::time::Duration::from_millis(250);
+const CACHE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A managed database engine (a StatefulSet of one replica) as the cluster shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,9 +209,34 @@ impl Observer for Context {
             (Some(cached), Some(seen)) => super::versions::at_least(cached, seen),
             _ => false,
         };
-        match self.stores.get::<K>(namespace, name) {
-            Some(cached) if fresh(cached.as_ref()) => Ok(Some(cached.as_ref().clone())),
-            _ => self.owned(namespace, name).await,
+        let Some(seen) = &seen else {
+            // Neither the Clair's watch of its services (listed) nor the controller's
+            // cache of every one in scope (listed) has it: not made yet. (One made in the
+            // last moments is read by the applier before it is written, and its watch
+            // event reconciles the Clair again.)
+            if self.owned.listed("Clair", &kind, namespace)
+                && self
+                    .stores
+                    .lacks(std::any::TypeId::of::<K>(), namespace, name)
+            {
+                return Ok(None);
+            }
+            return self.owned(namespace, name).await;
+        };
+        // The two streams bring the same event moments apart: the cache is given a moment
+        // to catch up before the object is read.
+        let deadline = tokio::time::Instant::now() + CACHE_CATCH_UP;
+        loop {
+            match self.stores.get::<K>(namespace, name) {
+                Some(cached) if fresh(cached.as_ref()) => return Ok(Some(cached.as_ref().clone())),
+                Some(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(CACHE_POLL).await;
+                }
+                _ => {
+                    debug!(%kind, %namespace, %name, %seen, "service cache behind the Clair's watch: read");
+                    return self.owned(namespace, name).await;
+                }
+            }
         }
     }
 

@@ -266,6 +266,12 @@ impl OwnedObjects {
         })
     }
 
+    /// Whether a watch of `kind` for `owner_kind` over `namespace` has listed: an object
+    /// it does not show was not there (or is very new).
+    pub fn listed(&self, owner_kind: &str, kind: &str, namespace: &str) -> bool {
+        self.with_map(owner_kind, kind, namespace, |_| ()).is_some()
+    }
+
     /// Whether object `name` still holds what the operator applied with `hash`, as far as
     /// the watch tells: no read needed.
     pub fn holds(

@@ -14,12 +14,17 @@
 use std::any::{Any, TypeId};
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt;
+
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::watch::Scope;
 
-type Entry = (u64, TypeId, Scope, Box<dyn Any + Send + Sync>);
+/// Whether a cache holds an object (namespace, name): `None` before it has listed.
+type Holds = Box<dyn Fn(&str, &str) -> Option<bool> + Send + Sync>;
+
+type Entry = (u64, TypeId, Scope, Box<dyn Any + Send + Sync>, Holds);
 
 #[derive(Default)]
 pub struct Stores {
@@ -48,8 +53,18 @@ impl Stores {
         K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let reader = store.clone();
+        let holds: Holds = Box::new(move |namespace: &str, name: &str| {
+            // Ready once the first list is in: polled once, never waited on.
+            reader.wait_until_ready().now_or_never()?.ok()?;
+            Some(
+                reader
+                    .get(&ObjectRef::new(name).within(namespace))
+                    .is_some(),
+            )
+        });
         if let Ok(mut stores) = self.stores.lock() {
-            stores.push((id, TypeId::of::<K>(), scope.clone(), Box::new(store)));
+            stores.push((id, TypeId::of::<K>(), scope.clone(), Box::new(store), holds));
         }
         Registered {
             id,
@@ -68,11 +83,24 @@ impl Stores {
         stores
             .iter()
             .rev()
-            .filter(|(_, type_id, scope, _)| {
+            .filter(|(_, type_id, scope, ..)| {
                 *type_id == TypeId::of::<K>() && scope.holds(Some(namespace))
             })
-            .filter_map(|(.., store)| store.downcast_ref::<Store<K>>())
+            .filter_map(|(_, _, _, store, _)| store.downcast_ref::<Store<K>>())
             .find_map(|store| store.get(&reference))
+    }
+
+    /// Whether a registered cache of the kind of type `kind` has listed and holds no
+    /// object `name` in `namespace`: then there is none (or one made in the last moments,
+    /// which its watch has not brought yet). `false` when no cache can say.
+    pub fn lacks(&self, kind: TypeId, namespace: &str, name: &str) -> bool {
+        let Ok(stores) = self.stores.lock() else {
+            return false;
+        };
+        stores
+            .iter()
+            .filter(|(_, type_id, scope, ..)| *type_id == kind && scope.holds(Some(namespace)))
+            .any(|(.., holds)| holds(namespace, name) == Some(false))
     }
 }
 
@@ -105,5 +133,23 @@ mod tests {
         );
         drop(registered);
         assert!(stores.get::<Indexer>("a", "clair-indexer").is_none());
+    }
+
+    #[test]
+    fn a_cache_tells_an_absence_only_once_it_has_listed() {
+        let stores = Stores::default();
+        let (store, mut writer) = reflector::store::<Indexer>();
+        let _registered = stores.register(&Scope::Namespace("a".into()), store);
+        let indexer_type = TypeId::of::<Indexer>();
+        // Not listed yet: nothing is known to be absent.
+        assert!(!stores.lacks(indexer_type, "a", "clair-indexer"));
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(indexer("a", "clair-indexer")));
+        writer.apply_watcher_event(&Event::InitDone);
+        assert!(!stores.lacks(indexer_type, "a", "clair-indexer"));
+        assert!(stores.lacks(indexer_type, "a", "other-indexer"));
+        // Another namespace than the cache's scope, another kind: no cache can say.
+        assert!(!stores.lacks(indexer_type, "b", "other-indexer"));
+        assert!(!stores.lacks(TypeId::of::<crate::api::Matcher>(), "a", "other-indexer"));
     }
 }

@@ -215,6 +215,7 @@ pub async fn run(
         metrics: telemetry.metrics.clone(),
         authenticated: settings.callers.authenticated(),
         turns: server::Shared::turns(),
+        own_user: server::own_user(&client).await,
     };
     let until_stopped = {
         let mut stopped = stopped.clone();

@@ -1285,3 +1285,76 @@ pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
     );
     Ok(())
 }
+
+/// An `Indexer` someone made under the name a Clair's would have is left as it is (a
+/// Warning Event on the Clair says so), and the Clair makes its own once that one is gone
+/// (retried with a backoff: nothing the Clair watches tells it). The operator's cache
+/// of every Indexer shows it, so it is read and judged before anything is written.
+pub async fn someone_elses_indexer_of_a_clairs_name_is_not_taken_over(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-theirs").await?;
+    external_inputs(env, &client, &ns).await?;
+    let theirs = json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Indexer",
+        "metadata": {"name": "clair-indexer"},
+        "spec": {"config": {"root": {"configMap": {"name": "theirs", "key": "config.yaml"}}}}});
+    apply_json::<Indexer>(&client, &ns, theirs).await?;
+    create_clair(&client, &ns, "clair", external_spec()).await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        LONG,
+        "a Warning Event on the Clair naming the Indexer",
+        || {
+            let events = events.clone();
+            async move {
+                Ok(events
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .iter()
+                    .any(|e| {
+                        e.type_.as_deref() == Some("Warning")
+                            && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Clair")
+                            && e.note.as_deref().is_some_and(|n| {
+                                n.contains(
+                                    "Indexer clair-indexer exists and is not this resource's",
+                                )
+                            })
+                    }))
+            }
+        },
+    )
+    .await?;
+    let indexers: Api<Indexer> = Api::namespaced(client.clone(), &ns);
+    let indexer = indexers.get("clair-indexer").await?;
+    ensure!(
+        indexer.owner_references().is_empty()
+            && indexer
+                .spec
+                .service
+                .config
+                .root
+                .config_map
+                .as_ref()
+                .map(|r| r.name.as_str())
+                == Some("theirs"),
+        "someone else's Indexer was taken over: {:?}",
+        indexer.metadata
+    );
+    indexers
+        .delete("clair-indexer", &DeleteParams::default())
+        .await?;
+    eventually(LONG, "the Clair's own Indexer", || {
+        let indexers = indexers.clone();
+        async move {
+            Ok(indexers.get_opt("clair-indexer").await?.is_some_and(|i| {
+                i.owner_references()
+                    .iter()
+                    .any(|o| o.kind == "Clair" && o.controller == Some(true))
+            }))
+        }
+    })
+    .await?;
+    Ok(())
+}

@@ -50,6 +50,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         clair::the_rendered_configs_run_real_clair_services_and_updaters,
         clair::an_image_upgrade_runs_clairctl_admin_pre_and_post_around_the_roll,
         clair::a_resource_or_namespace_being_deleted_gets_nothing_applied,
+        clair::someone_elses_indexer_of_a_clairs_name_is_not_taken_over,
         forged::a_webhook_that_trusts_the_apiserver_alone_answers_no_one_else,
         forged::a_webhook_open_to_anyone_answers_from_the_request_alone,
         forged::the_webhook_answers_the_apiserver_while_slow_clients_hold_connections,

@@ -13,6 +13,18 @@ use crate::support::TestEnv;
 const NOT_EXERCISED: &[(&str, &str, &str, &str)] = &[
     // (group, resource, verb, why)
     (
+        "clair.projectquay.io",
+        "matchers",
+        "get",
+        "read as Indexers are (clair::someone_elses_indexer_of_a_clairs_name_is_not_taken_over): only when one of the name exists that the Clair's watch does not show, or the Matcher controller's cache stays behind the Clair's watch for 250 ms",
+    ),
+    (
+        "clair.projectquay.io",
+        "notifiers",
+        "get",
+        "read as Indexers are: only when one of the name exists that the Clair's watch does not show, or the Notifier controller's cache stays behind the Clair's watch for 250 ms",
+    ),
+    (
         "keda.sh",
         "scaledobjects",
         "get",
