@@ -193,6 +193,18 @@ fn operator_run(
             &clair_testenv::Launch {
                 name: "operator".to_string(),
                 loopback_webhook: true,
+                // Answering the apiserver alone, as docs/security.md has a platform run it
+                // (and the webhook then knows the operator's own writes).
+                args: vec![
+                    format!(
+                        "--webhook-client-ca={}",
+                        cluster.plane.webhook_client_ca().display()
+                    ),
+                    format!(
+                        "--webhook-client-names={}",
+                        clair_testenv::WEBHOOK_CLIENT_NAME
+                    ),
+                ],
                 ..Default::default()
             },
         )

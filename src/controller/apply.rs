@@ -55,9 +55,6 @@ pub struct Applier<'a> {
     pub owner_kind: &'a str,
     /// What the watches show of the objects the operator owns.
     pub known: &'a super::owned::OwnedObjects,
-    /// The operator's caches of its own kinds in full: a service resource none of them
-    /// holds is created without a read first.
-    pub stores: &'a super::stores::Stores,
     /// The referenced ConfigMaps and Secrets as last read: one written here is dropped.
     pub contents: &'a super::contents::Contents,
     /// Where each outcome is counted.
@@ -76,8 +73,7 @@ impl Applier<'_> {
             + Serialize
             + DeserializeOwned
             + Clone
-            + Debug
-            + 'static,
+            + Debug,
     {
         let api = Api::namespaced(self.client.clone(), self.namespace);
         self.apply(api, &T::kind(&()), owned).await
@@ -99,7 +95,7 @@ impl Applier<'_> {
     /// answer; otherwise one list of the kind, and a read of an object it does not settle.
     async fn apply<T>(&self, api: Api<T>, kind: &str, owned: Owned<T>) -> Result<(), ApplyError>
     where
-        T: Resource + Serialize + DeserializeOwned + Clone + Debug + 'static,
+        T: Resource + Serialize + DeserializeOwned + Clone + Debug,
     {
         if owned.untouched() {
             return Ok(());
@@ -199,16 +195,6 @@ impl Applier<'_> {
             let read;
             let current = match listed.as_ref().and_then(|l| l.get(name)) {
                 Some(object) => Some(object),
-                // A service resource (`Indexer`...) the operator's full cache of every one in
-                // scope has listed without it: there is none to take over but one made in
-                // the last moments, which only the namespace's own writers can make and which
-                // the operator reconciles anyway.
-                None if self
-                    .stores
-                    .lacks(std::any::TypeId::of::<T>(), self.namespace, name) =>
-                {
-                    None
-                }
                 None => {
                     read = api.get_opt(name).await.map_err(|source| ApplyError::Read {
                         kind: kind.clone(),

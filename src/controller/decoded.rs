@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -66,14 +66,20 @@ impl Drop for Ledger {
     }
 }
 
-/// The watch of kind `K` in `scope` for [`kube::runtime::Controller::for_stream`], and the
-/// cache it fills: readable objects only.
+/// Set once the cache holds the watch's first list (the reflector has written it), so an
+/// object the cache lacks is one the cluster lacks (or one very new). Read without
+/// touching the store's own readiness future, whose single waker the controller uses.
+pub type Listed = Arc<std::sync::atomic::AtomicBool>;
+
+/// The watch of kind `K` in `scope` for [`kube::runtime::Controller::for_stream`], the
+/// cache it fills (readable objects only), and whether that has listed.
 pub fn watch<K>(
     context: Arc<Context>,
     scope: &Scope,
 ) -> (
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     Store<K>,
+    Listed,
 )
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -118,10 +124,16 @@ where
             };
             std::future::ready(decoded)
         });
-    (
-        reflector::reflector(writer, events).applied_objects(),
-        reader,
-    )
+    let listed = Listed::default();
+    let set = listed.clone();
+    let stream = reflector::reflector(writer, events)
+        .inspect_ok(move |event| {
+            if matches!(event, Event::InitDone) {
+                set.store(true, std::sync::atomic::Ordering::Release);
+            }
+        })
+        .applied_objects();
+    (stream, reader, listed)
 }
 
 /// What the cache need not hold: the field managers' records and kubectl's copy of the last

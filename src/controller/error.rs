@@ -227,7 +227,12 @@ fn retry_of(error: &kube::Error) -> Retry {
 #[derive(Default)]
 pub struct RetryPolicy {
     failures: Mutex<HashMap<String, usize>>,
+    /// Per failing object, the failure last said in an Event and when.
+    said: Mutex<HashMap<String, (String, std::time::Instant)>>,
 }
+
+/// How long the same failure of an object goes unsaid after its Event.
+const SAID_AGAIN: Duration = Duration::from_secs(3600);
 
 /// The slow retry of a permanent error, and the ceiling of the transient backoff.
 pub const SLOW_RETRY: Duration = Duration::from_secs(300);
@@ -256,8 +261,27 @@ impl RetryPolicy {
             .unwrap_or(SLOW_RETRY)
     }
 
+    /// Whether failure `note` of `key` is to be said in an Event: the first of a run of
+    /// failures, another one than last said, or the same again an hour later (a retry every
+    /// few minutes would otherwise add an Event each time).
+    pub fn to_say(&self, key: &str, note: &str) -> bool {
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        match said.get(key) {
+            Some((last, at)) if last == note && now.duration_since(*at) < SAID_AGAIN => false,
+            _ => {
+                said.insert(key.to_string(), (note.to_string(), now));
+                true
+            }
+        }
+    }
+
     /// `key` reconciled: its next failure starts the backoff again.
     pub fn succeeded(&self, key: &str) {
+        self.said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.remove(key);
     }

@@ -109,7 +109,6 @@ impl Owner {
             owner_uid: &self.uid,
             owner_kind: &self.reference.kind,
             known: &context.owned,
-            stores: &context.stores,
             contents: &context.contents,
             metrics: &context.metrics,
             contests: &context.contests,
@@ -194,13 +193,15 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     failure: &Error,
     context: Arc<Context>,
 ) -> Action {
-    if failure.needs_action() {
+    let described = describe(object.as_ref());
+    let note = failure.to_string();
+    if failure.needs_action() && context.retries.to_say(&described, &note) {
         let reference = object.object_ref(&());
-        let (reason, note) = (failure.reason(), failure.to_string());
+        let reason = failure.reason();
         let context = context.clone();
         tokio::spawn(async move { publish_failure(&context, reason, note, &reference).await });
     }
-    let object = describe(object.as_ref());
+    let object = described;
     match context.retries.failed(&object, failure) {
         Some(delay) if failure.is_transient() => {
             warn!(%object, reason = failure.reason(), error = %failure, ?delay, "reconcile failed; retrying");
@@ -433,15 +434,27 @@ async fn publish_transition(
     }
 }
 
+/// The longest Event note written (the apiserver refuses notes over 1,024 bytes).
+const EVENT_NOTE_BYTES: usize = 1000;
+
 /// Records a failed reconcile that needs someone to act as a Warning Event on `object`
-/// (repeats of the same one are counted in one Event's series).
+/// (once per run of the same failure an hour: `RetryPolicy::to_say`). The note is cut to
+/// what the apiserver takes (1,024 bytes).
 async fn publish_failure(
     context: &Context,
     reason: &str,
-    note: String,
+    mut note: String,
     object: &k8s_openapi::api::core::v1::ObjectReference,
 ) {
     use kube::runtime::events::{Event, EventType};
+    if note.len() > EVENT_NOTE_BYTES {
+        let mut end = EVENT_NOTE_BYTES - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
     let published = context
         .events
         .publish(

@@ -14,8 +14,6 @@
 use std::any::{Any, TypeId};
 use std::sync::{Arc, Mutex};
 
-use futures::FutureExt;
-
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
@@ -47,16 +45,23 @@ impl Drop for Registered {
 }
 
 impl Stores {
-    /// Shares `store` (of kind `K`, in `scope`) until the guard drops.
-    pub fn register<K>(&self, scope: &Scope, store: Store<K>) -> Registered
+    /// Shares `store` (of kind `K`, in `scope`; `listed` once it holds its first list)
+    /// until the guard drops.
+    pub fn register<K>(
+        &self,
+        scope: &Scope,
+        store: Store<K>,
+        listed: super::decoded::Listed,
+    ) -> Registered
     where
         K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let reader = store.clone();
         let holds: Holds = Box::new(move |namespace: &str, name: &str| {
-            // Ready once the first list is in: polled once, never waited on.
-            reader.wait_until_ready().now_or_never()?.ok()?;
+            if !listed.load(std::sync::atomic::Ordering::Acquire) {
+                return None;
+            }
             Some(
                 reader
                     .get(&ObjectRef::new(name).within(namespace))
@@ -90,17 +95,21 @@ impl Stores {
             .find_map(|store| store.get(&reference))
     }
 
-    /// Whether a registered cache of the kind of type `kind` has listed and holds no
-    /// object `name` in `namespace`: then there is none (or one made in the last moments,
-    /// which its watch has not brought yet). `false` when no cache can say.
+    /// Whether the registered caches of the kind of type `kind` over `namespace` have
+    /// listed, one at least, and none holds object `name` there: then there is none (or one
+    /// made in the last moments, which the watch has not brought yet, or one that does not
+    /// decode). `false` when no cache can say. Only for what is observed: nothing is
+    /// written on the strength of it.
     pub fn lacks(&self, kind: TypeId, namespace: &str, name: &str) -> bool {
         let Ok(stores) = self.stores.lock() else {
             return false;
         };
-        stores
+        let answers: Vec<Option<bool>> = stores
             .iter()
             .filter(|(_, type_id, scope, ..)| *type_id == kind && scope.holds(Some(namespace)))
-            .any(|(.., holds)| holds(namespace, name) == Some(false))
+            .map(|(.., holds)| holds(namespace, name))
+            .collect();
+        !answers.is_empty() && answers.iter().all(|held| *held == Some(false))
     }
 }
 
@@ -122,7 +131,7 @@ mod tests {
         let stores = Stores::default();
         let (store, mut writer) = reflector::store::<Indexer>();
         writer.apply_watcher_event(&Event::Apply(indexer("a", "clair-indexer")));
-        let registered = stores.register(&Scope::Namespace("a".into()), store);
+        let registered = stores.register(&Scope::Namespace("a".into()), store, Default::default());
         assert!(stores.get::<Indexer>("a", "clair-indexer").is_some());
         // Another namespace's scope, another kind: not this cache.
         assert!(stores.get::<Indexer>("b", "clair-indexer").is_none());
@@ -139,17 +148,23 @@ mod tests {
     fn a_cache_tells_an_absence_only_once_it_has_listed() {
         let stores = Stores::default();
         let (store, mut writer) = reflector::store::<Indexer>();
-        let _registered = stores.register(&Scope::Namespace("a".into()), store);
+        let listed = crate::controller::decoded::Listed::default();
+        let _registered = stores.register(&Scope::Namespace("a".into()), store, listed.clone());
         let indexer_type = TypeId::of::<Indexer>();
-        // Not listed yet: nothing is known to be absent.
-        assert!(!stores.lacks(indexer_type, "a", "clair-indexer"));
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitApply(indexer("a", "clair-indexer")));
         writer.apply_watcher_event(&Event::InitDone);
+        // Not listed yet: nothing is known to be absent.
+        assert!(!stores.lacks(indexer_type, "a", "other-indexer"));
+        listed.store(true, std::sync::atomic::Ordering::Release);
         assert!(!stores.lacks(indexer_type, "a", "clair-indexer"));
         assert!(stores.lacks(indexer_type, "a", "other-indexer"));
         // Another namespace than the cache's scope, another kind: no cache can say.
         assert!(!stores.lacks(indexer_type, "b", "other-indexer"));
         assert!(!stores.lacks(TypeId::of::<crate::api::Matcher>(), "a", "other-indexer"));
+        // A second cache over the namespace that has not listed: no longer certain.
+        let (late, _writer) = reflector::store::<Indexer>();
+        let _late = stores.register(&Scope::Namespace("a".into()), late, Default::default());
+        assert!(!stores.lacks(indexer_type, "a", "other-indexer"));
     }
 }

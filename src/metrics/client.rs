@@ -120,6 +120,7 @@ const RESOURCES: &[&str] = &[
     "mutatingwebhookconfigurations",
     "subjectaccessreviews",
     "selfsubjectaccessreviews",
+    "selfsubjectreviews",
     "leases",
     "endpointslices",
     "securitycontextconstraints",

@@ -34,7 +34,7 @@ pub struct Shared {
     /// Turns to decide a review: [`CONCURRENT_REVIEWS`].
     pub turns: std::sync::Arc<tokio::sync::Semaphore>,
     /// The user the operator's own requests are made as ([`own_user`]), when known.
-    pub own_user: Option<String>,
+    pub own_user: Option<OwnUser>,
 }
 
 impl Shared {
@@ -132,17 +132,50 @@ where
     Json(response.into_review())
 }
 
-/// The user this process's requests are made as (a SelfSubjectReview), so that the
-/// webhook can tell the operator's own writes; `None` (and every write reviewed in full)
-/// when the apiserver does not say.
-pub async fn own_user(client: &Client) -> Option<String> {
+/// The user this process's requests are made as: its name and UID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnUser {
+    pub username: String,
+    pub uid: Option<String>,
+}
+
+impl OwnUser {
+    /// Whether a request of `user` is one of this process's (name and UID both: an
+    /// identity provider without a prefix could give someone else the same name).
+    pub fn wrote(&self, user: &k8s_openapi::api::authentication::v1::UserInfo) -> bool {
+        user.username.as_deref() == Some(self.username.as_str()) && user.uid == self.uid
+    }
+}
+
+/// The user this process's requests are made as (a SelfSubjectReview, tried a few times),
+/// so that the webhook can tell the operator's own writes; `None` (and every write
+/// reviewed in full) when the apiserver does not say.
+pub async fn own_user(client: &Client) -> Option<OwnUser> {
+    use backon::{ExponentialBuilder, Retryable};
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let review = SelfSubjectReview::default();
-    match kube::Api::<SelfSubjectReview>::all(client.clone())
-        .create(&kube::api::PostParams::default(), &review)
+    let api = kube::Api::<SelfSubjectReview>::all(client.clone());
+    let review = || async {
+        api.create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
         .await
-    {
-        Ok(reviewed) => reviewed.status.and_then(|s| s.user_info?.username),
+    };
+    let reviewed = review
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(std::time::Duration::from_millis(500))
+                .with_max_times(3),
+        )
+        .await;
+    match reviewed {
+        Ok(reviewed) => {
+            let user = reviewed.status.and_then(|s| s.user_info)?;
+            Some(OwnUser {
+                username: user.username?,
+                uid: user.uid,
+            })
+        }
         Err(e) => {
             warn!(error = %e, "cannot learn the operator's own user: its writes are reviewed in full");
             None
@@ -199,7 +232,11 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         // an access review would only ask whether the operator may read them, and what they
         // hold was checked by the reconcile that wrote them. Only the request is checked.
         // (Trusted only from the apiserver: anyone else could claim the operator's name.)
-        if authenticated && own_user.is_some() && request.user_info.username == own_user {
+        if authenticated
+            && own_user
+                .as_ref()
+                .is_some_and(|own| own.wrote(&request.user_info))
+        {
             return conclude(
                 response,
                 resources::check(&resource, &resources::Unread, &images),

@@ -38,7 +38,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let (clairs, store) = super::decoded::watch::<Clair>(context.clone(), &scope);
+    let (clairs, store, _) = super::decoded::watch::<Clair>(context.clone(), &scope);
     let controller =
         Controller::for_stream(clairs, store.clone()).with_config(super::controller_config());
     let _alive = super::watched(

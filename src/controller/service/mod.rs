@@ -66,7 +66,7 @@ pub async fn run<K: ServiceResource>(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let (objects, store) = super::decoded::watch::<K>(context.clone(), &scope);
+    let (objects, store, listed) = super::decoded::watch::<K>(context.clone(), &scope);
     let controller =
         Controller::for_stream(objects, store.clone()).with_config(super::controller_config());
     let _alive = super::watched(
@@ -75,7 +75,7 @@ pub async fn run<K: ServiceResource>(
         store.clone(),
     );
     // The Clair controller reads its services from here.
-    let _shared = context.stores.register(&scope, store.clone());
+    let _shared = context.stores.register(&scope, store.clone(), listed);
     // One watch per owned field (see `watch::of`).
     let ServiceObjects {
         secrets,
