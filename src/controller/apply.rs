@@ -55,8 +55,10 @@ pub struct Applier<'a> {
     pub owner_kind: &'a str,
     /// What the watches show of the objects the operator owns.
     pub known: &'a super::owned::OwnedObjects,
-    /// The referenced ConfigMaps and Secrets as last read: one written here is dropped.
+    /// The referenced ConfigMaps and Secrets as last read: one written here is kept as written.
     pub contents: &'a super::contents::Contents,
+    /// What this reconcile's observe step just read and found absent: not read again.
+    pub absent: &'a super::absent::Absent,
     /// Where each outcome is counted.
     pub metrics: &'a crate::metrics::Metrics,
     /// Objects other writers keep changing: when to change them back.
@@ -147,6 +149,20 @@ impl Applier<'_> {
                 self.record(&kind, name, Outcome::Unchanged);
                 continue;
             }
+            // A ConfigMap or Secret the operator writes is kept as written, unless an event
+            // of it passes while the write is under way ([`super::contents`]).
+            let written = |now: Option<&T>, reading| match (now, reading) {
+                (Some(now), Some(reading)) => self.contents.wrote(reading, now),
+                (None, Some(reading)) => {
+                    drop(reading);
+                    if let Some(kind) = super::contents::Kind::of(&kind) {
+                        self.contents.forget(kind, self.namespace, name);
+                    }
+                }
+                (_, None) => {}
+            };
+            let reading = super::contents::Kind::of(&kind)
+                .map(|k| self.contents.reading(k, self.namespace, name));
             // Controlled, and what it holds was applied with another hash: the operator's
             // own change, written without a read (the read would only look for a hand edit
             // of what the operator applied, and what it applied changes anyway).
@@ -164,10 +180,11 @@ impl Applier<'_> {
                 guarded.value["metadata"]["uid"] = Value::String(uid);
                 match apply(&api, &kind, guarded, None, None).await {
                     Ok((_, _, now)) => {
-                        if let Some(now) = now {
+                        if let Some(now) = &now {
                             self.known
                                 .verified(self.owner_kind, &kind, now.meta(), &hash);
                         }
+                        written(now.as_ref(), reading);
                         self.record(&kind, name, Outcome::Changed);
                         continue;
                     }
@@ -186,15 +203,18 @@ impl Applier<'_> {
             {
                 self.known
                     .verified(self.owner_kind, &kind, created.meta(), &hash);
+                written(Some(&created), reading);
                 self.record(&kind, name, Outcome::Created);
                 continue;
             }
             // Listed, or read by name: changed since it was seen, not (or not yet) controlled
             // by the owner (a kept Secret without an owner, or an object of the same name
-            // someone else made), or not seen at all.
+            // someone else made), or not seen at all. Not read again when this reconcile's
+            // observe step read it moments ago and found nothing ([`super::absent`]).
             let read;
             let current = match listed.as_ref().and_then(|l| l.get(name)) {
                 Some(object) => Some(object),
+                None if self.absent.take(&kind, self.namespace, name) => None,
                 None => {
                     read = api.get_opt(name).await.map_err(|source| ApplyError::Read {
                         kind: kind.clone(),
@@ -239,9 +259,12 @@ impl Applier<'_> {
                     (outcome, now)
                 }
             };
-            if let Some(now) = now {
+            if let Some(now) = &now {
                 self.known
                     .verified(self.owner_kind, &kind, now.meta(), &hash);
+            }
+            if outcome != Outcome::Unchanged {
+                written(now.as_ref(), reading);
             }
             self.record(&kind, name, outcome);
         }
@@ -262,6 +285,9 @@ impl Applier<'_> {
                     delete(&api, &kind, &name, uid).await?;
                     self.known
                         .forget(self.owner_kind, &kind, self.namespace, &name);
+                    if let Some(kind) = super::contents::Kind::of(&kind) {
+                        self.contents.forget(kind, self.namespace, &name);
+                    }
                     self.record(&kind, &name, Outcome::Deleted);
                 }
             }
@@ -335,12 +361,6 @@ impl Applier<'_> {
     /// Counts an outcome, and logs what changed.
     fn record(&self, kind: &str, name: &str, outcome: Outcome) {
         self.metrics.applied(kind, outcome.into());
-        if let (Some(kind), false) = (
-            super::contents::Kind::of(kind),
-            outcome == Outcome::Unchanged,
-        ) {
-            self.contents.forget(kind, self.namespace, name);
-        }
         if outcome != Outcome::Unchanged {
             debug!(kind, name, ?outcome, "applied");
         }

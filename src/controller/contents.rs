@@ -4,7 +4,8 @@
 //! reconciles tell when: an event of a kept object at another resourceVersion (or its
 //! deletion, or a relist) drops it, before the reconcile it triggers reads. A read that was
 //! under way while such an event passed is not kept (its answer may predate the change).
-//! The operator's own writes of a kept object drop it too.
+//! The operator's own write of one is kept as the apiserver returned it, unless an event of
+//! it passed while the write was under way; a delete drops it.
 //!
 //! Bounded: at most [`MAX_BYTES`] of data; past it the least recently used go. Only what
 //! a resource names is ever kept (no unrelated Secret is read), and it is what the operator
@@ -68,9 +69,20 @@ pub struct Contents {
     state: Mutex<State>,
 }
 
-/// A read under way, from [`Contents::reading`] to [`Contents::read`].
-pub struct Reading {
+/// A read (or the operator's own write) under way, from [`Contents::reading`] to what it
+/// found; one given up (an error) ends when dropped.
+pub struct Reading<'a> {
+    contents: &'a Contents,
     key: Key,
+    open: bool,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.contents.finish(&self.key);
+        }
+    }
 }
 
 impl Contents {
@@ -100,17 +112,45 @@ impl Contents {
     }
 
     /// Says a read of `name` starts (before it is sent).
-    pub fn reading(&self, kind: Kind, namespace: &str, name: &str) -> Reading {
+    pub fn reading(&self, kind: Kind, namespace: &str, name: &str) -> Reading<'_> {
         let key = (kind, namespace.to_string(), name.to_string());
         if let Ok(mut state) = self.state.lock() {
             state.reading.entry(key.clone()).or_insert((0, false)).0 += 1;
         }
-        Reading { key }
+        Reading {
+            contents: self,
+            key,
+            open: true,
+        }
+    }
+
+    /// Ends a read of `key`: whether an event of it passed meanwhile.
+    fn finish(&self, key: &Key) -> bool {
+        let Ok(mut state) = self.state.lock() else {
+            return true;
+        };
+        finish(&mut state, key)
+    }
+
+    /// Keeps what the operator's own write of a ConfigMap or Secret returned (the reading
+    /// started before the write was sent), so the next reconcile need not read it back.
+    pub fn wrote<T: serde::Serialize>(&self, reading: Reading<'_>, written: &T) {
+        let value = serde_json::to_value(written).ok();
+        match reading.key.0 {
+            Kind::ConfigMap => {
+                let object = value.and_then(|v| serde_json::from_value::<ConfigMap>(v).ok());
+                self.read_config_map(reading, object.as_ref());
+            }
+            Kind::Secret => {
+                let object = value.and_then(|v| serde_json::from_value::<Secret>(v).ok());
+                self.read_secret(reading, object.as_ref());
+            }
+        }
     }
 
     /// Keeps what a read found (nothing is kept of an object that does not exist, nor when
     /// it changed while the read was under way).
-    pub fn read_config_map(&self, reading: Reading, object: Option<&ConfigMap>) {
+    pub fn read_config_map(&self, reading: Reading<'_>, object: Option<&ConfigMap>) {
         let kept = object.map(|o| {
             let bytes = o
                 .data
@@ -132,7 +172,7 @@ impl Contents {
         self.read(reading, kept);
     }
 
-    pub fn read_secret(&self, reading: Reading, object: Option<&Secret>) {
+    pub fn read_secret(&self, reading: Reading<'_>, object: Option<&Secret>) {
         let kept = object.map(|o| {
             let bytes = o
                 .data
@@ -149,22 +189,13 @@ impl Contents {
         self.read(reading, kept);
     }
 
-    fn read(&self, reading: Reading, kept: Option<(Option<String>, Object, usize)>) {
+    fn read(&self, mut reading: Reading<'_>, kept: Option<(Option<String>, Object, usize)>) {
+        reading.open = false;
         let Ok(mut state) = self.state.lock() else {
             return;
         };
-        let key = reading.key;
-        let changed = match state.reading.get_mut(&key) {
-            Some((count, changed)) => {
-                let was = *changed;
-                *count -= 1;
-                if *count == 0 {
-                    state.reading.remove(&key);
-                }
-                was
-            }
-            None => true,
-        };
+        let key = reading.key.clone();
+        let changed = finish(&mut state, &key);
         let Some((Some(resource_version), object, bytes)) = kept else {
             return;
         };
@@ -273,6 +304,21 @@ impl Contents {
     }
 }
 
+/// Ends one read of `key`: whether an event of it passed while it was under way.
+fn finish(state: &mut State, key: &Key) -> bool {
+    match state.reading.get_mut(key) {
+        Some((count, changed)) => {
+            let was = *changed;
+            *count -= 1;
+            if *count == 0 {
+                state.reading.remove(key);
+            }
+            was
+        }
+        None => true,
+    }
+}
+
 fn remove(state: &mut State, key: &Key) {
     if let Some(kept) = state.kept.remove(key) {
         state.bytes -= kept.bytes;
@@ -337,6 +383,38 @@ mod tests {
         contents.forget(Kind::ConfigMap, "ns", "dropin");
         contents.read_config_map(reading, Some(&config_map("7", "b")));
         assert_eq!(kept(&contents), None);
+    }
+
+    #[test]
+    fn a_read_given_up_leaves_nothing_behind_and_the_next_is_kept() {
+        let contents = Contents::default();
+        drop(contents.reading(Kind::ConfigMap, "ns", "dropin"));
+        contents.heard(Kind::ConfigMap, &event("4"));
+        let reading = contents.reading(Kind::ConfigMap, "ns", "dropin");
+        contents.read_config_map(reading, Some(&config_map("5", "a")));
+        assert_eq!(kept(&contents).as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn the_operators_own_write_is_kept_unless_an_event_overtook_it() {
+        let contents = Contents::default();
+        let reading = contents.reading(Kind::ConfigMap, "ns", "dropin");
+        contents.wrote(reading, &config_map("5", "a"));
+        assert_eq!(kept(&contents).as_deref(), Some("a"));
+        contents.heard(Kind::ConfigMap, &event("5"));
+        assert_eq!(
+            kept(&contents).as_deref(),
+            Some("a"),
+            "its own event keeps it"
+        );
+        let reading = contents.reading(Kind::ConfigMap, "ns", "dropin");
+        contents.heard(Kind::ConfigMap, &event("7"));
+        contents.wrote(reading, &config_map("6", "b"));
+        assert_eq!(
+            kept(&contents),
+            None,
+            "a write an event overtook is read next time"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!
 //! A resource being deleted, or in a namespace being deleted, gets nothing applied.
 
+pub mod absent;
 pub mod apply;
 pub mod capabilities;
 pub mod clair;
@@ -110,6 +111,7 @@ impl Owner {
             owner_kind: &self.reference.kind,
             known: &context.owned,
             contents: &context.contents,
+            absent: &context.absent,
             metrics: &context.metrics,
             contests: &context.contests,
             wait: Default::default(),
@@ -526,6 +528,8 @@ pub struct Context {
     pub stores: stores::Stores,
     /// The referenced ConfigMaps and Secrets as last read, while unchanged.
     pub contents: Arc<contents::Contents>,
+    /// What observe steps just read and found absent, for their appliers.
+    pub absent: absent::Absent,
 }
 
 impl Context {
@@ -553,6 +557,7 @@ impl Context {
             versions: Default::default(),
             stores: Default::default(),
             contents: Default::default(),
+            absent: Default::default(),
             health: controllers.telemetry.health.clone(),
             client,
         })

@@ -167,6 +167,10 @@ impl ObjectSource for Context {
         let reading = self.contents.reading(ContentKind::Secret, namespace, name);
         let read = self.client.secret(namespace, name).await?;
         self.contents.read_secret(reading, read.as_ref());
+        if read.is_none() {
+            // A generated one (the PSK, the passwords) is applied next: not read again.
+            self.absent.read(&Secret::kind(&()), namespace, name);
+        }
         Ok(read)
     }
 }
@@ -250,11 +254,14 @@ impl Observer for Context {
             // From the watch whose events trigger the reconcile: never behind the event
             // that woke it. One without a template hash (an older operator's) is read.
             Some(state) if state.judgeable() => Ok(Some(state)),
-            _ => Ok(self
-                .owned::<Deployment>(namespace, name)
-                .await?
-                .as_ref()
-                .map(DeploymentState::read)),
+            _ => {
+                let read = self.owned::<Deployment>(namespace, name).await?;
+                if read.is_none() {
+                    // Made next, in this reconcile: its applier need not read it again.
+                    self.absent.read(&Deployment::kind(&()), namespace, name);
+                }
+                Ok(read.as_ref().map(DeploymentState::read))
+            }
         }
     }
 

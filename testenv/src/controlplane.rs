@@ -744,11 +744,23 @@ impl ControlPlane {
 
     /// Runs kubectl with `args` against this control plane; a failure carries its stderr.
     pub fn kubectl_ok(&self, args: &[&str]) -> Result<()> {
-        let output = self
-            .kubectl()
-            .args(args)
-            .output()
-            .map_err(io_error("run kubectl"))?;
+        let mut attempt = 0;
+        let output = loop {
+            let output = self
+                .kubectl()
+                .args(args)
+                .output()
+                .map_err(io_error("run kubectl"))?;
+            attempt += 1;
+            // `kubectl wait --for=condition` on an object whose status has no conditions yet
+            // (a CRD just created) fails at once instead of waiting: asked again.
+            let early = String::from_utf8_lossy(&output.stderr)
+                .contains(".status.conditions accessor error");
+            if output.status.success() || !early || attempt >= 30 {
+                break output;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        };
         if output.status.success() {
             return Ok(());
         }

@@ -375,6 +375,9 @@ impl TestEnv {
             "the server could not find the requested resource",
             "no matches for kind",
             "failed calling webhook",
+            // `kubectl wait --for=condition` on an object whose status has no conditions
+            // yet (a CRD just created) fails at once instead of waiting.
+            ".status.conditions accessor error",
         ];
         let mut attempt = 0;
         loop {
