@@ -11,7 +11,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub(crate) use validate::parse_go_duration;
-pub use validate::{Problem, validate};
+pub use validate::{Problem, notifier_intervals, validate};
 
 use crate::api::ServiceKind;
 

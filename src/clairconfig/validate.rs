@@ -421,6 +421,29 @@ fn rules(root: &Map<String, Value>, mode: ServiceKind, out: &mut Vec<Problem>) {
     }
 }
 
+/// The notifier's intervals under a minute in `config` (a whole config or one drop-in).
+/// Clair replaces such an interval (zero and negative ones too) with its default, without a
+/// word, and starts: refusing it is the operator's own rule, stricter than Clair on purpose
+/// (a delivery retried hourly looks like a broken Quay integration).
+pub fn notifier_intervals(config: &Map<String, Value>) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (key, default) in [("poll_interval", "6h"), ("delivery_interval", "1h")] {
+        let path = format!("notifier.{key}");
+        if let Some(text) = at(config, &path).and_then(Value::as_str)
+            && parse_go_duration(text).is_ok_and(|s| s < 60.0)
+        {
+            out.push(error(
+                &path,
+                format!(
+                    "{text} is under a minute, which Clair silently replaces with {default}: \
+                     set 1m or more"
+                ),
+            ));
+        }
+    }
+    out
+}
+
 fn notifier_rules(root: &Map<String, Value>, out: &mut Vec<Problem>) {
     for key in ["indexer_addr", "matcher_addr"] {
         if text(root, &format!("notifier.{key}")).is_empty() {
@@ -435,23 +458,7 @@ fn notifier_rules(root: &Map<String, Value>, out: &mut Vec<Problem>) {
             out.push(error(path, message));
         }
     };
-    // Clair replaces an interval under a minute with its default, without a word, and
-    // starts: refusing it is the operator's own rule, stricter than Clair on purpose (a
-    // delivery retried hourly looks like a broken Quay integration).
-    for (key, default) in [("poll_interval", "6h"), ("delivery_interval", "1h")] {
-        let path = format!("notifier.{key}");
-        if let Some(text) = at(root, &path).and_then(Value::as_str)
-            && parse_go_duration(text).is_ok_and(|s| s > 0.0 && s < 60.0)
-        {
-            out.push(error(
-                &path,
-                format!(
-                    "{text} is under a minute, which Clair silently replaces with {default}: \
-                     set 1m or more"
-                ),
-            ));
-        }
-    }
+    out.extend(notifier_intervals(root));
     if at(root, "notifier.webhook").is_some() {
         url("notifier.webhook.target", out);
         url("notifier.webhook.callback", out);
@@ -763,6 +770,7 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<f64, String> {
     let bad = || {
         format!("{text:?} is not a duration: use a number with a unit, such as \"6h\" or \"90s\"")
     };
+    let negative = text.starts_with('-');
     let body = text.strip_prefix(['-', '+']).unwrap_or(text);
     if body == "0" {
         return Ok(0.0);
@@ -800,7 +808,7 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<f64, String> {
             "{text:?} is longer than a Go duration holds (about 292 years)"
         ));
     }
-    Ok(seconds)
+    Ok(if negative { -seconds } else { seconds })
 }
 
 /// The longest Go duration, in seconds (`math.MaxInt64` nanoseconds).
@@ -850,6 +858,17 @@ mod tests {
                 .any(|e| e.contains("notifier.poll_interval") && e.contains("6h")),
             "{found:?}"
         );
+        // Zero and negative intervals are replaced too (Go keeps the sign of "-5m").
+        for poll in ["0s", "0", "-5m"] {
+            let found = errors(
+                config(poll, "http://n:6060/notifier/api/v1/notification/"),
+                ServiceKind::Notifier,
+            );
+            assert!(
+                found.iter().any(|e| e.contains("notifier.poll_interval")),
+                "{poll}: {found:?}"
+            );
+        }
         let problems = validate(
             &config("1m", "http://n:6060/notifier/api/v1/notification"),
             ServiceKind::Notifier,
@@ -979,6 +998,7 @@ mod tests {
         assert_eq!(parse_go_duration("1h30m").unwrap(), 5400.0);
         assert_eq!(parse_go_duration("1.5s").unwrap(), 1.5);
         assert_eq!(parse_go_duration("0").unwrap(), 0.0);
+        assert_eq!(parse_go_duration("-5m").unwrap(), -300.0, "Go keeps the sign");
         for bad in ["", "1d", "h", "30", "1h 30m"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }

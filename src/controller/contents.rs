@@ -7,7 +7,8 @@
 //! The operator's own write of one is kept as the apiserver returned it, unless an event of
 //! it passed while the write was under way; a delete drops it.
 //!
-//! Bounded: at most [`MAX_BYTES`] of data; past it the least recently used go. Only what
+//! Bounded: at most [`MAX_BYTES`] of data and metadata (the field managers' records, which
+//! the apiserver sends with every object, are not kept); past it the least recently used go. Only what
 //! a resource names is ever kept (no unrelated Secret is read), and it is what the operator
 //! renders into its own config Secrets in any case.
 
@@ -21,7 +22,7 @@ use kube::Resource;
 use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 
-/// The data kept, in bytes (keys and values).
+/// The data kept, in bytes (keys and values, and each object's metadata as JSON).
 pub const MAX_BYTES: usize = 8 << 20;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -152,12 +153,14 @@ impl Contents {
     /// it changed while the read was under way).
     pub fn read_config_map(&self, reading: Reading<'_>, object: Option<&ConfigMap>) {
         let kept = object.map(|o| {
-            let bytes = o
-                .data
-                .iter()
-                .flatten()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>()
+            let mut o = o.clone();
+            let metadata = slimmed(&mut o.metadata);
+            let bytes = metadata
+                + o.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
                 + o.binary_data
                     .iter()
                     .flatten()
@@ -165,7 +168,7 @@ impl Contents {
                     .sum::<usize>();
             (
                 o.metadata.resource_version.clone(),
-                Object::ConfigMap(o.clone()),
+                Object::ConfigMap(o),
                 bytes,
             )
         });
@@ -174,15 +177,22 @@ impl Contents {
 
     pub fn read_secret(&self, reading: Reading<'_>, object: Option<&Secret>) {
         let kept = object.map(|o| {
-            let bytes = o
-                .data
-                .iter()
-                .flatten()
-                .map(|(k, v)| k.len() + v.0.len())
-                .sum::<usize>();
+            let mut o = o.clone();
+            let metadata = slimmed(&mut o.metadata);
+            let bytes = metadata
+                + o.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| k.len() + v.0.len())
+                    .sum::<usize>()
+                + o.string_data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>();
             (
                 o.metadata.resource_version.clone(),
-                Object::Secret(o.clone()),
+                Object::Secret(o),
                 bytes,
             )
         });
@@ -304,6 +314,14 @@ impl Contents {
     }
 }
 
+/// `metadata` without what no reconcile reads (the field managers' records, which the
+/// apiserver sends with every object and which outweighed the data of a small Secret), and
+/// about what the rest takes in memory: its size as JSON.
+fn slimmed(metadata: &mut kube::api::ObjectMeta) -> usize {
+    super::decoded::slim_metadata(metadata);
+    serde_json::to_vec(metadata).map_or(0, |json| json.len())
+}
+
 /// Ends one read of `key`: whether an event of it passed while it was under way.
 fn finish(state: &mut State, key: &Key) -> bool {
     match state.reading.get_mut(key) {
@@ -355,6 +373,32 @@ mod tests {
         contents
             .config_map("ns", "dropin")
             .and_then(|c| c.data?.get("config.yaml").cloned())
+    }
+
+    #[test]
+    fn the_field_managers_records_are_not_kept_and_the_metadata_counts() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let contents = Contents::default();
+        let mut secret = Secret {
+            metadata: config_map("5", "").metadata,
+            data: Some([("psk".to_string(), k8s_openapi::ByteString(vec![1; 32]))].into()),
+            ..Default::default()
+        };
+        secret.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("clair-operator".into()),
+            fields_v1: Some(FieldsV1(serde_json::json!({"f:data": {"f:psk": {}}}))),
+            ..Default::default()
+        }]);
+        let reading = contents.reading(Kind::Secret, "ns", "dropin");
+        contents.read_secret(reading, Some(&secret));
+        let kept = contents.secret("ns", "dropin").expect("kept");
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.data, secret.data);
+        assert!(
+            contents.bytes() > "psk".len() + 32,
+            "the metadata counts too: {}",
+            contents.bytes()
+        );
     }
 
     #[test]

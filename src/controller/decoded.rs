@@ -140,8 +140,14 @@ where
 /// applied object (each about as large as the spec itself). What the controllers take from
 /// the cache (spec, status, names, generation) never includes them.
 fn slim(object: &mut DynamicObject) {
-    object.metadata.managed_fields = None;
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
+    slim_metadata(&mut object.metadata);
+}
+
+/// Drops from `metadata` what no controller reads and the apiserver sends with every
+/// object: the field managers' records and kubectl's copy of the last applied object.
+pub fn slim_metadata(metadata: &mut kube::api::ObjectMeta) {
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
     }
 }

@@ -228,6 +228,37 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
     }
 }
 
+/// The notifier intervals under a minute that a Clair's drop-in sets. A Clair's root config
+/// is the operator's own (YAML), so only a `.yaml` drop-in merges into it; the whole merged
+/// config is checked by the reconcile, which keeps it from rolling out (`ConfigValid`).
+fn dropin_intervals(dropin: &ConfigSource, text: String) -> Vec<String> {
+    use crate::clairconfig::{self, DropinKind, Format};
+    let Some(key) = dropin.key() else {
+        return Vec::new();
+    };
+    if clairconfig::dropin_kind(Format::Yaml, &key.key) != DropinKind::MergePatch {
+        return Vec::new();
+    }
+    let document = clairconfig::Document {
+        name: format!("{} key {}", dropin.describe(), key.key),
+        key: key.key.clone(),
+        text,
+        secret: dropin.secret.is_some(),
+    };
+    let Ok(serde_json::Value::Object(config)) = clairconfig::parse(&document, Format::Yaml) else {
+        return Vec::new();
+    };
+    clairconfig::notifier_intervals(&config)
+        .into_iter()
+        .map(|problem| {
+            format!(
+                "{}: {problem}; the Clair's config will not be rolled out",
+                document.name
+            )
+        })
+        .collect()
+}
+
 /// A `tracing` Clair could not export to: refused, since no later edit of another object
 /// can make it work.
 fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> {
@@ -237,10 +268,12 @@ fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> 
 fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>) {
     let spec = &clair.spec;
     for dropin in &spec.dropins {
-        if let Some(Err(missing)) = lookup.get(dropin) {
-            warnings.push(format!(
+        match lookup.get(dropin) {
+            Some(Err(missing)) => warnings.push(format!(
                 "{missing}: the Clair stays Pending until it exists"
-            ));
+            )),
+            Some(Ok(text)) => warnings.extend(dropin_intervals(dropin, text)),
+            None => {}
         }
     }
     if let Some(external) = &spec.database.external {
@@ -548,6 +581,43 @@ mod tests {
         assert!(
             !warned(json!({"database": database, "matcher": autoscaled})),
             "without resources the operator sets a limit"
+        );
+    }
+
+    #[test]
+    fn a_clairs_dropin_with_a_notifier_interval_under_a_minute_is_warned() {
+        let clair = |key: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Clair",
+                "metadata": {"name": "c"},
+                "spec": {"database": {"managed": {}},
+                    "dropins": [{"configMap": {"name": "quay", "key": key}}]},
+            }))
+            .unwrap()
+        };
+        let warnings = |key: &str, text: &str| {
+            check(
+                &clair(key),
+                "Clair",
+                &Cluster(vec![("quay".into(), text.into())]),
+                &ImagePolicy::default(),
+            )
+            .warnings
+        };
+        let found = warnings(
+            "quay.yaml",
+            "notifier: {poll_interval: 5m, delivery_interval: 30s}",
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("ConfigMap quay key quay.yaml: notifier.delivery_interval: 30s is under a minute")
+                && found[0].contains("not be rolled out"),
+            "{found:?}"
+        );
+        assert!(warnings("quay.yaml", "notifier: {delivery_interval: 1m}").is_empty());
+        assert!(
+            warnings("quay.json", "notifier: {delivery_interval: 0s}").is_empty(),
+            "a .json drop-in does not merge into the Clair's YAML root"
         );
     }
 }

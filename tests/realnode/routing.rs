@@ -6,7 +6,8 @@
 //! one allowing 2 s gets a 504, one allowing 8 s gets the answer. No wait of 600 s. And the
 //! operator's HTTPRoute, attached to a Gateway of the stand-in's class, carries a request
 //! to each of a real Clair's three services, which answer through it as they answer at
-//! their own Services (its timeout is the Gateway owner's: `docs/quay.md`).
+//! their own Services (its 600 s `timeouts.request` where the installed CRD keeps the
+//! field: `docs/quay.md`).
 
 use std::time::Duration;
 
