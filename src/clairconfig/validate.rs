@@ -998,7 +998,11 @@ mod tests {
         assert_eq!(parse_go_duration("1h30m").unwrap(), 5400.0);
         assert_eq!(parse_go_duration("1.5s").unwrap(), 1.5);
         assert_eq!(parse_go_duration("0").unwrap(), 0.0);
-        assert_eq!(parse_go_duration("-5m").unwrap(), -300.0, "Go keeps the sign");
+        assert_eq!(
+            parse_go_duration("-5m").unwrap(),
+            -300.0,
+            "Go keeps the sign"
+        );
         for bad in ["", "1d", "h", "30", "1h 30m"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }

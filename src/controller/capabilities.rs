@@ -26,6 +26,12 @@ use crate::render::pod::PodUsers;
 /// scale benchmark's idle minute, issue 27).
 const RECHECK: Duration = Duration::from_secs(30 * 60);
 
+/// After a CRD event, discovery may still answer "not served" for a while (it publishes a
+/// new group on its own schedule, and another apiserver may be behind): for this long after
+/// one, a "not served" stands only [`RECHECK_AFTER_CHANGE`].
+const SETTLING: Duration = Duration::from_secs(5 * 60);
+const RECHECK_AFTER_CHANGE: Duration = Duration::from_secs(30);
+
 /// An optional API the operator uses when the cluster serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::VariantArray)]
 pub enum OptionalApi {
@@ -80,6 +86,8 @@ impl OptionalApi {
 pub struct Capabilities {
     client: Client,
     known: Mutex<HashMap<OptionalApi, (bool, Instant)>>,
+    /// When a CRD of an optional API last changed.
+    changed: Mutex<Option<Instant>>,
 }
 
 impl Capabilities {
@@ -87,14 +95,21 @@ impl Capabilities {
         Self {
             client,
             known: Mutex::new(HashMap::new()),
+            changed: Mutex::new(None),
         }
     }
 
     /// Whether the cluster serves `api`.
     pub async fn serves(&self, api: OptionalApi) -> bool {
+        let settling = self
+            .changed
+            .lock()
+            .ok()
+            .and_then(|c| *c)
+            .is_some_and(|at| at.elapsed() < SETTLING);
         if let Ok(known) = self.known.lock()
             && let Some((served, at)) = known.get(&api)
-            && at.elapsed() < RECHECK
+            && at.elapsed() < stands_for(*served, settling)
         {
             return *served;
         }
@@ -152,11 +167,25 @@ impl Capabilities {
         }
     }
 
-    /// Forgets what was learnt, so the next question asks discovery again.
+    /// Forgets what was learnt (a CRD of an optional API changed), so the next question
+    /// asks discovery again.
     pub fn forget(&self) {
         if let Ok(mut known) = self.known.lock() {
             known.clear();
         }
+        if let Ok(mut changed) = self.changed.lock() {
+            *changed = Some(Instant::now());
+        }
+    }
+}
+
+/// How long an answer stands: [`RECHECK`], but a "not served" learnt while a CRD change
+/// settles only [`RECHECK_AFTER_CHANGE`].
+fn stands_for(served: bool, settling: bool) -> Duration {
+    if !served && settling {
+        RECHECK_AFTER_CHANGE
+    } else {
+        RECHECK
     }
 }
 
@@ -225,6 +254,14 @@ mod tests {
                 "properties": {"rules": {"type": "array", "items": {"type": "object", "properties": properties}}},
             }}}),
         )
+    }
+
+    #[test]
+    fn not_served_is_asked_again_soon_while_a_crd_change_settles() {
+        assert_eq!(stands_for(false, true), RECHECK_AFTER_CHANGE);
+        assert_eq!(stands_for(true, true), RECHECK);
+        assert_eq!(stands_for(false, false), RECHECK);
+        assert!(RECHECK_AFTER_CHANGE < SETTLING && SETTLING < RECHECK);
     }
 
     #[test]

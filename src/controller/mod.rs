@@ -131,6 +131,15 @@ fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
 }
 
+/// How long a `Clair`'s reconcile waits for its triggers to settle (each new one restarts
+/// the wait). A Clair hears every event of the seventeen objects it makes and of its three
+/// services' status: undebounced, its reconciles saw each service's step apart and wrote
+/// each into its status (8.9 status writes a Clair at 1,000 Clairs, the scale benchmark,
+/// issue 27). A fifth of a second folds a burst into one reconcile and delays each
+/// transition by as much. Only the Clair controller waits: the service controllers, which
+/// revert a second writer's edit of a Deployment, act on each event at once.
+const CLAIR_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A status with conditions: the `Contested` one is added to it at the end of a reconcile.
 trait Conditioned {
     fn conditions(&self) -> &[Condition];

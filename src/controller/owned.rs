@@ -22,8 +22,9 @@
 //! Deployment only where the watch cannot answer (not listed yet, or just written and its
 //! event not here yet).
 //!
-//! Memory: one entry per owned object (about 300 bytes), kept per controller, watched kind
-//! and scope, so one watch's relist replaces its own entries only.
+//! Memory: one entry per owned object (about 300 bytes, and its name again in the index by
+//! controller), kept per controller, watched kind and scope, so one watch's relist replaces
+//! its own entries only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -67,7 +68,8 @@ pub struct Entry {
     verified: Option<Verified>,
     /// A Deployment watched in full: what its phase is decided from, as of this
     /// resourceVersion (`None`: not watched in full, or written here since the watch showed it).
-    deployment: Option<DeploymentState>,
+    /// Boxed: most entries are not Deployments, and inline it would double every entry.
+    deployment: Option<Box<DeploymentState>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,9 +125,83 @@ struct MapKey {
 struct Map {
     /// The watch has listed once: an object missing here does not exist (or is very new).
     listed: bool,
-    objects: HashMap<(String, String), Entry>,
+    objects: Objects,
     /// During a relist, what it listed so far (swapped in when it ends).
-    listing: Option<HashMap<(String, String), Entry>>,
+    listing: Option<Objects>,
+}
+
+type Name = (String, String);
+
+/// One watch's entries by namespace and name, and the names each controller UID controls:
+/// an owner's objects are found without walking every entry (at 1,000 Clairs in one
+/// namespace a walk was 3,000 entries a kind, at every reconcile).
+#[derive(Default)]
+struct Objects {
+    entries: HashMap<Name, Entry>,
+    by_controller: HashMap<String, std::collections::BTreeSet<Name>>,
+}
+
+impl Objects {
+    fn get(&self, name: &Name) -> Option<&Entry> {
+        self.entries.get(name)
+    }
+
+    fn get_mut(&mut self, name: &Name) -> Option<&mut Entry> {
+        self.entries.get_mut(name)
+    }
+
+    fn insert(&mut self, name: Name, entry: Entry) {
+        if let Some(controller) = &entry.controller {
+            self.by_controller
+                .entry(controller.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+        if let Some(old) = self.entries.insert(name.clone(), entry) {
+            self.unindex(&name, &old);
+        }
+    }
+
+    fn remove(&mut self, name: &Name) {
+        if let Some(old) = self.entries.remove(name) {
+            self.unindex(name, &old);
+        }
+    }
+
+    /// Drops `name` from the index of `old`'s controller, unless the entry now there has
+    /// the same controller.
+    fn unindex(&mut self, name: &Name, old: &Entry) {
+        let Some(controller) = &old.controller else {
+            return;
+        };
+        if self.entries.get(name).and_then(|e| e.controller.as_ref()) == Some(controller) {
+            return;
+        }
+        if let Some(names) = self.by_controller.get_mut(controller) {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_controller.remove(controller);
+            }
+        }
+    }
+
+    /// The entries controlled by `controller` in `namespace`.
+    fn controlled<'a>(
+        &'a self,
+        namespace: &'a str,
+        controller: &str,
+    ) -> impl Iterator<Item = (&'a Name, &'a Entry)> + 'a {
+        self.by_controller
+            .get(controller)
+            .into_iter()
+            .flatten()
+            .filter(move |(ns, _)| ns == namespace)
+            .filter_map(|name| Some((name, self.entries.get(name)?)))
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
 }
 
 /// Every controller's owned objects, by watch.
@@ -192,7 +268,7 @@ impl OwnedObjects {
                 let meta = object.meta();
                 let name = name_of(meta);
                 let mut entry = Entry::of(meta);
-                entry.deployment = object.deployment_state();
+                entry.deployment = object.deployment_state().map(Box::new);
                 // What was verified of this same object holds until it changes.
                 entry.verified = map
                     .objects
@@ -212,7 +288,7 @@ impl OwnedObjects {
             Event::Delete(object) => {
                 map.objects.remove(&name_of(object.meta()));
             }
-            Event::Init => map.listing = Some(HashMap::new()),
+            Event::Init => map.listing = Some(Objects::default()),
             Event::InitDone => {
                 if let Some(listed) = map.listing.take() {
                     map.objects = listed;
@@ -257,10 +333,7 @@ impl OwnedObjects {
     ) -> Option<BTreeMap<String, Entry>> {
         self.with_map(owner_kind, kind, namespace, |map| {
             map.objects
-                .iter()
-                .filter(|((ns, _), e)| {
-                    ns == namespace && e.controller.as_deref() == Some(owner_uid)
-                })
+                .controlled(namespace, owner_uid)
                 .map(|((_, name), e)| (name.clone(), e.clone()))
                 .collect()
         })
@@ -346,7 +419,7 @@ impl OwnedObjects {
                 .as_ref()
                 .is_some_and(|v| v.generation.is_some() && v.generation == entry.generation);
             if spec_verified {
-                entry.deployment.clone()
+                entry.deployment.as_deref().cloned()
             } else {
                 None
             }
@@ -570,5 +643,40 @@ mod tests {
         );
         assert!(owned.holds("Indexer", "Deployment", "ns", "clair-indexer", "h1"));
         assert_eq!(ready(&owned), Some(Some(1)));
+    }
+
+    #[test]
+    fn an_owners_objects_are_indexed_by_its_uid_through_changes_and_removals() {
+        let entry = |controller: &str| Entry {
+            controller: Some(controller.to_string()),
+            ..Default::default()
+        };
+        let name = |n: &str| ("ns".to_string(), n.to_string());
+        let names = |objects: &Objects, ns: &str, owner: &str| -> Vec<String> {
+            objects
+                .controlled(ns, owner)
+                .map(|((_, n), _)| n.clone())
+                .collect()
+        };
+        let mut objects = Objects::default();
+        objects.insert(name("a"), entry("one"));
+        objects.insert(name("b"), entry("one"));
+        objects.insert(name("c"), entry("two"));
+        assert_eq!(names(&objects, "ns", "one"), ["a", "b"]);
+        assert!(names(&objects, "other", "one").is_empty());
+        // Another controller now: it moves.
+        objects.insert(name("b"), entry("two"));
+        assert_eq!(names(&objects, "ns", "one"), ["a"]);
+        assert_eq!(names(&objects, "ns", "two"), ["b", "c"]);
+        // The same controller again: still indexed.
+        objects.insert(name("a"), entry("one"));
+        assert_eq!(names(&objects, "ns", "one"), ["a"]);
+        objects.remove(&name("a"));
+        assert!(names(&objects, "ns", "one").is_empty());
+        assert!(
+            !objects.by_controller.contains_key("one"),
+            "nothing left behind"
+        );
+        assert_eq!(objects.len(), 2);
     }
 }

@@ -228,33 +228,35 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
     }
 }
 
-/// The notifier intervals under a minute that a Clair's drop-in sets. A Clair's root config
-/// is the operator's own (YAML), so only a `.yaml` drop-in merges into it; the whole merged
-/// config is checked by the reconcile, which keeps it from rolling out (`ConfigValid`).
-fn dropin_intervals(dropin: &ConfigSource, text: String) -> Vec<String> {
+/// The notifier intervals under a minute that a Clair's drop-ins set, merged in order (a
+/// later one may put right an earlier one). A Clair's root config is the operator's own
+/// (YAML), so only `.yaml` drop-ins merge into it; the whole merged config is checked by
+/// the reconcile, which keeps it from rolling out (`ConfigValid`).
+fn dropin_intervals(dropins: Vec<(&ConfigSource, String)>) -> Vec<String> {
     use crate::clairconfig::{self, DropinKind, Format};
-    let Some(key) = dropin.key() else {
-        return Vec::new();
-    };
-    if clairconfig::dropin_kind(Format::Yaml, &key.key) != DropinKind::MergePatch {
-        return Vec::new();
+    let mut merged = serde_json::Value::Object(Default::default());
+    for (dropin, text) in dropins {
+        let Some(key) = dropin.key() else { continue };
+        if clairconfig::dropin_kind(Format::Yaml, &key.key) != DropinKind::MergePatch {
+            continue;
+        }
+        let document = clairconfig::Document {
+            name: format!("{} key {}", dropin.describe(), key.key),
+            key: key.key.clone(),
+            text,
+            secret: dropin.secret.is_some(),
+        };
+        if let Ok(patch) = clairconfig::parse(&document, Format::Yaml) {
+            json_patch::merge(&mut merged, &patch);
+        }
     }
-    let document = clairconfig::Document {
-        name: format!("{} key {}", dropin.describe(), key.key),
-        key: key.key.clone(),
-        text,
-        secret: dropin.secret.is_some(),
-    };
-    let Ok(serde_json::Value::Object(config)) = clairconfig::parse(&document, Format::Yaml) else {
+    let serde_json::Value::Object(config) = merged else {
         return Vec::new();
     };
     clairconfig::notifier_intervals(&config)
         .into_iter()
         .map(|problem| {
-            format!(
-                "{}: {problem}; the Clair's config will not be rolled out",
-                document.name
-            )
+            format!("the drop-ins set {problem}; the Clair's config will not be rolled out")
         })
         .collect()
 }
@@ -267,14 +269,23 @@ fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> 
 
 fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>) {
     let spec = &clair.spec;
+    let mut found = Vec::new();
     for dropin in &spec.dropins {
         match lookup.get(dropin) {
             Some(Err(missing)) => warnings.push(format!(
                 "{missing}: the Clair stays Pending until it exists"
             )),
-            Some(Ok(text)) => warnings.extend(dropin_intervals(dropin, text)),
+            Some(Ok(text)) => found.push((dropin, text)),
             None => {}
         }
+    }
+    let notifier = spec
+        .notifier
+        .as_ref()
+        .and_then(|n| n.enabled)
+        .unwrap_or(true);
+    if notifier {
+        warnings.extend(dropin_intervals(found));
     }
     if let Some(external) = &spec.database.external {
         let services = [
@@ -586,31 +597,38 @@ mod tests {
 
     #[test]
     fn a_clairs_dropin_with_a_notifier_interval_under_a_minute_is_warned() {
-        let clair = |key: &str| -> DynamicObject {
+        let clair = |key: &str, extra: Value| -> DynamicObject {
+            let mut spec = json!({"database": {"managed": {}},
+                "dropins": [{"configMap": {"name": "quay", "key": key}},
+                    {"configMap": {"name": "later", "key": "later.yaml"}}]});
+            json_patch::merge(&mut spec, &extra);
             serde_json::from_value(json!({
                 "apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Clair",
-                "metadata": {"name": "c"},
-                "spec": {"database": {"managed": {}},
-                    "dropins": [{"configMap": {"name": "quay", "key": key}}]},
+                "metadata": {"name": "c"}, "spec": spec,
             }))
             .unwrap()
         };
-        let warnings = |key: &str, text: &str| {
+        let warnings_with = |key: &str, text: &str, later: &str, extra: Value| {
             check(
-                &clair(key),
+                &clair(key, extra),
                 "Clair",
-                &Cluster(vec![("quay".into(), text.into())]),
+                &Cluster(vec![
+                    ("quay".into(), text.into()),
+                    ("later".into(), later.into()),
+                ]),
                 &ImagePolicy::default(),
             )
             .warnings
         };
+        let warnings = |key: &str, text: &str| warnings_with(key, text, "", json!({}));
         let found = warnings(
             "quay.yaml",
             "notifier: {poll_interval: 5m, delivery_interval: 30s}",
         );
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
-            found[0].starts_with("ConfigMap quay key quay.yaml: notifier.delivery_interval: 30s is under a minute")
+            found[0]
+                .starts_with("the drop-ins set notifier.delivery_interval: 30s is under a minute")
                 && found[0].contains("not be rolled out"),
             "{found:?}"
         );
@@ -618,6 +636,27 @@ mod tests {
         assert!(
             warnings("quay.json", "notifier: {delivery_interval: 0s}").is_empty(),
             "a .json drop-in does not merge into the Clair's YAML root"
+        );
+        let bad = "notifier: {delivery_interval: 30s}";
+        assert!(
+            warnings_with(
+                "quay.yaml",
+                bad,
+                "notifier: {delivery_interval: 5m}",
+                json!({})
+            )
+            .is_empty(),
+            "a later drop-in puts it right"
+        );
+        assert!(
+            warnings_with(
+                "quay.yaml",
+                bad,
+                "",
+                json!({"notifier": {"enabled": false}})
+            )
+            .is_empty(),
+            "no notifier runs"
         );
     }
 }

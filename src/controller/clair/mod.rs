@@ -39,8 +39,8 @@ pub async fn run(
 ) {
     let client = context.client.clone();
     let (clairs, store, _) = super::decoded::watch::<Clair>(context.clone(), &scope);
-    let controller =
-        Controller::for_stream(clairs, store.clone()).with_config(super::controller_config());
+    let controller = Controller::for_stream(clairs, store.clone())
+        .with_config(super::controller_config().debounce(super::CLAIR_DEBOUNCE));
     let _alive = super::watched(
         &context,
         format!("Clair controller, {scope}"),
