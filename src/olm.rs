@@ -117,12 +117,15 @@ fn permissions() -> Result<(Value, Value), Error> {
         Ok(role["rules"].as_array().cloned().unwrap_or_default())
     };
     let mut namespaced = rules("ClusterRole", "clair-operator")?;
-    // The own-namespace Role but what only a self-registering operator uses: the replicas'
-    // EndpointSlices, asked which CA they serve during a rotation OLM does itself.
+    // The own-namespace Role but what only an operator issuing its own certificate uses: the
+    // replicas' EndpointSlices, asked which CA they serve during a rotation OLM does itself,
+    // and the watch of the certificate's Secret (OLM mounts it).
+    let watched_certificate = json!([crate::webhook::register::SECRET_NAME]);
     namespaced.extend(
         rules("Role", "clair-operator")?
             .into_iter()
-            .filter(|rule| rule["apiGroups"][0] != "discovery.k8s.io"),
+            .filter(|rule| rule["apiGroups"][0] != "discovery.k8s.io")
+            .filter(|rule| rule["resourceNames"] != watched_certificate),
     );
     let cluster: Vec<Value> = rules("ClusterRole", "clair-operator-cluster")?
         .into_iter()

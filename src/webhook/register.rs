@@ -9,13 +9,16 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use tracing::{info, warn};
+use kube::runtime::watcher::{self, watcher};
+use tracing::{debug, info, warn};
 
 use super::certs::Bundle;
 pub use super::configurations::{Registration, Target, mutating, validating};
@@ -25,6 +28,13 @@ use super::server;
 pub use super::storage::SECRET_NAME;
 use super::storage::current_certificate;
 use crate::api::labels::FIELD_MANAGER;
+
+/// How long a settled webhook goes before checking its certificate and configurations
+/// unprompted. Their watches bring a deletion or an edit at once, so this only paces the
+/// certificate's renewal (it is issued for a year and renewed weeks ahead) and covers a
+/// watch that could not run (a Role without `watch`): an idle operator asks nothing in
+/// between.
+const SETTLED_RECHECK: Duration = Duration::from_secs(3600);
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -37,7 +47,9 @@ pub struct Settings {
     pub hosts: Vec<String>,
     /// Namespace of the certificate Secret.
     pub namespace: String,
-    /// How often the certificate is checked (renewal, deletion, new files).
+    /// The pace of a rotation's steps (a CA is published one check before it is served)
+    /// and of a mounted certificate's files; settled, the Secret and the configurations
+    /// are watched instead (`SETTLED_RECHECK`).
     pub recheck: Duration,
     /// Serve the certificate mounted in this folder (`tls.crt`, `tls.key`, and `ca.crt` for
     /// the `caBundle`, as cert-manager writes them) instead of issuing one. Files that
@@ -152,6 +164,80 @@ async fn ensure_configuration(
     Ok(())
 }
 
+/// Wakes whenever the certificate Secret (unless the certificate is mounted) or, when this
+/// operator keeps them, the webhook configurations change: watches of those objects alone
+/// (by name), so a settled webhook reads nothing until one does. The initial lists say
+/// nothing; a relist (the watch lost its place) wakes once, as a deletion may hide in it.
+fn changes(client: &Client, settings: &Settings) -> impl Stream<Item = ()> + Send + Unpin + use<> {
+    fn named<K>(api: Api<K>, name: &str) -> futures::stream::BoxStream<'static, ()>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        use kube::runtime::WatchStreamExt;
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut listed = false;
+        watcher(api, config)
+            .default_backoff()
+            .filter_map(move |event| {
+                let woken = match event {
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => true,
+                    Ok(watcher::Event::InitDone) => std::mem::replace(&mut listed, true),
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => false,
+                    Err(e) => {
+                        debug!(error = %e, "the webhook's watch failed; checked hourly meanwhile");
+                        false
+                    }
+                };
+                futures::future::ready(woken.then_some(()))
+            })
+            .boxed()
+    }
+    let mut watches = Vec::new();
+    if settings.mounted.is_none() {
+        let secrets = Api::<Secret>::namespaced(client.clone(), &settings.namespace);
+        watches.push(named(secrets, SECRET_NAME));
+    }
+    if settings.register {
+        let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+        let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone());
+        watches.push(named(validating, &settings.name));
+        watches.push(named(mutating, &settings.name));
+    }
+    futures::stream::select_all(watches)
+}
+
+/// Why the loop checks again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    /// Its pause ended.
+    Paced,
+    /// A watch said the Secret or a configuration changed.
+    Changed,
+}
+
+/// Until the next check: `pause`, or sooner when `changes` (if listened to) says something
+/// changed; `None` when `shutdown` came first. A burst of changes is one wake.
+async fn next_check(
+    pause: Duration,
+    changes: Option<&mut (impl Stream<Item = ()> + Unpin)>,
+    shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+) -> Option<Wake> {
+    let changed = async {
+        match changes {
+            Some(changes) => {
+                changes.next().await;
+                while let Some(Some(())) = changes.next().now_or_never() {}
+            }
+            None => futures::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = shutdown => None,
+        _ = tokio::time::sleep(pause) => Some(Wake::Paced),
+        _ = changed => Some(Wake::Changed),
+    }
+}
+
 /// The server's TLS configuration for `bundle`, with the client CA read again.
 fn tls_config(
     settings: &Settings,
@@ -232,14 +318,20 @@ pub async fn run(
         served
     });
     let mut shutdown = Box::pin(shutdown);
+    let mut changes = changes(&client, &settings);
     if !settings.register {
         server_ready.set();
         info!(listen = %settings.listen, "admission webhook serving; the installer keeps its configurations");
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                _ = tokio::time::sleep(settings.recheck) => {}
-            }
+        // Mounted files are polled (no request); the operator's own Secret is watched.
+        let pause = if settings.mounted.is_some() {
+            settings.recheck
+        } else {
+            SETTLED_RECHECK
+        };
+        while next_check(pause, Some(&mut changes), &mut shutdown)
+            .await
+            .is_some()
+        {
             // The installer publishes the CA of what it mounts: serve a new one at once.
             match current_certificate(&client, &settings).await {
                 Ok(bundle) if bundle != serving => {
@@ -261,11 +353,23 @@ pub async fn run(
     ensure_configuration(&client, &settings, &rotation.bundle()).await?;
     server_ready.set();
     info!(listen = %settings.listen, "admission webhook serving");
+    // Settled, the loop waits on the watches; during a rotation it keeps the recheck's pace
+    // whatever they say (a published CA must reach the apiserver before it is served). A
+    // mounted certificate's files are read at that pace in any case (no request), the
+    // configurations verified only when they changed or hourly.
+    let mut settled = false;
+    let mut verified = tokio::time::Instant::now();
     loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            _ = tokio::time::sleep(settings.recheck) => {}
-        }
+        let pause = if settled && settings.mounted.is_none() {
+            SETTLED_RECHECK
+        } else {
+            settings.recheck
+        };
+        let listened = settled.then_some(&mut changes);
+        let Some(wake) = next_check(pause, listened, &mut shutdown).await else {
+            break;
+        };
+        let was_settled = std::mem::replace(&mut settled, false);
         let found = match current_certificate(&client, &settings).await {
             Ok(found) => found,
             Err(e) => {
@@ -317,17 +421,28 @@ pub async fn run(
                     warn!(error = %e, "cannot ask the webhook's replicas which CA they serve")
                 }
             },
+            Action::Verify { .. }
+                if was_settled && wake == Wake::Paced && verified.elapsed() < SETTLED_RECHECK =>
+            {
+                settled = true;
+            }
             Action::Verify { ca, bundle } => {
-                match configuration_current(&client, &settings, &ca).await {
-                    Ok(true) => {}
+                verified = tokio::time::Instant::now();
+                settled = match configuration_current(&client, &settings, &ca).await {
+                    Ok(true) => true,
                     Ok(false) => {
                         warn!("the webhook configuration was missing or changed; restoring it");
-                        if let Err(e) = ensure_configuration(&client, &settings, &bundle).await {
+                        let restored = ensure_configuration(&client, &settings, &bundle).await;
+                        if let Err(e) = &restored {
                             warn!(error = %e, "cannot restore the webhook configuration");
                         }
+                        restored.is_ok()
                     }
-                    Err(e) => warn!(error = %e, "cannot read the webhook configuration"),
-                }
+                    Err(e) => {
+                        warn!(error = %e, "cannot read the webhook configuration");
+                        false
+                    }
+                };
             }
         }
     }

@@ -95,6 +95,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         services::tracing_renders_the_trace_section_once_its_headers_secret_is_good,
         webhook::invalid_labelled_configs_are_refused_and_valid_ones_warn,
         webhook::a_rotated_certificate_keeps_the_webhook_answering,
+        webhook::a_settled_webhook_watches_rather_than_polls,
         webhook::templating_resolves_references_the_author_may_read,
         webhook::resources_get_warnings_for_what_the_schema_cannot_check,
         webhook::a_mounted_certificate_is_served_and_reloaded,

@@ -127,6 +127,8 @@ pub async fn a_rotated_certificate_keeps_the_webhook_answering(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
     webhook_registered(env).await?;
+    // Not while `a_settled_webhook_watches_rather_than_polls` counts the webhook's reads.
+    let _rotating = crate::support::CLUSTER_WIDE_CHANGES.read().await;
     let client = env.client().await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "clair-operator");
     let tls = |s: &Secret, key: &str| {
@@ -220,6 +222,62 @@ pub async fn a_rotated_certificate_keeps_the_webhook_answering(
         good.success,
         "after rotation a valid config was refused: {}",
         good.stderr
+    );
+    Ok(())
+}
+
+/// Settled, the webhook watches its certificate Secret and configurations rather than
+/// reading them every recheck (1 s for the in-process operator): quiet, it asks nothing
+/// about them; a deleted configuration is back at once all the same.
+pub async fn a_settled_webhook_watches_rather_than_polls(env: &TestEnv) -> anyhow::Result<()> {
+    webhook_registered(env).await?;
+    // Its configuration goes away for a moment, and no rotation may run while it counts.
+    let _exclusive = crate::support::CLUSTER_WIDE_CHANGES.write().await;
+    let webhooks_own = |entry: &serde_json::Value| {
+        let object = &entry["objectRef"];
+        entry["user"]["username"] == clair_testenv::OPERATOR
+            && entry["stage"] == "ResponseComplete"
+            && (object["name"] == CONFIGURATION_NAME || object["name"] == SECRET_NAME)
+    };
+    // Settled (whatever woke it last is a second or two behind), then five quiet seconds:
+    // polling at its recheck would read each of the three about five times.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let quiet = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let asked: Vec<String> = crate::support::audited_since(env, quiet, webhooks_own)?
+        .iter()
+        .filter(|e| e["verb"] != "watch")
+        .map(crate::support::request_line)
+        .collect();
+    ensure!(
+        asked.is_empty(),
+        "a settled webhook read its own objects with nothing changed: {asked:?}"
+    );
+
+    let client = env.client().await?;
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    let deleted = std::time::SystemTime::now();
+    configurations
+        .delete(CONFIGURATION_NAME, &DeleteParams::default())
+        .await?;
+    // Its hourly check cannot be what brings it back.
+    eventually(
+        Duration::from_secs(10),
+        "the configuration restored",
+        || {
+            let configurations = configurations.clone();
+            async move { Ok(configurations.get_opt(CONFIGURATION_NAME).await?.is_some()) }
+        },
+    )
+    .await?;
+    let restored = crate::support::audited_since(env, deleted, webhooks_own)?
+        .iter()
+        .any(|e| {
+            e["verb"] == "patch" && e["objectRef"]["resource"] == "validatingwebhookconfigurations"
+        });
+    ensure!(
+        restored,
+        "the configuration came back, but not by the operator's apply"
     );
     Ok(())
 }
