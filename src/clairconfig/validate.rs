@@ -286,7 +286,7 @@ fn lints(root: &Map<String, Value>, mode: ServiceKind, out: &mut Vec<Problem>) {
     match mode {
         ServiceKind::Matcher => {
             if let Some(period) = at(root, "matcher.period").and_then(Value::as_str)
-                && parse_go_duration(period).is_ok_and(|s| s > 0.0 && s < 6.0 * 3600.0)
+                && parse_go_duration(period).is_ok_and(|s| s != 0.0 && s < 6.0 * 3600.0)
             {
                 out.push(warning(
                     "matcher.period",
@@ -879,6 +879,24 @@ mod tests {
                 .any(|p| p.warning && p.path == "notifier.webhook.callback"),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn a_matcher_period_under_six_hours_warns_negative_too() {
+        let warned = |period: &str| {
+            let config = json!({"matcher": {"connstring": "host=db",
+                "indexer_addr": "http://i:6060", "period": period}});
+            validate(&config, ServiceKind::Matcher)
+                .iter()
+                .any(|p| p.warning && p.path == "matcher.period")
+        };
+        assert!(warned("1h"));
+        assert!(
+            warned("-1h"),
+            "Go keeps the sign, and Clair's lint warns of it"
+        );
+        assert!(!warned("0"), "0 is Clair's default, 6h");
+        assert!(!warned("6h"));
     }
 
     #[test]
