@@ -67,14 +67,35 @@ impl ImagePolicy {
 /// a reference. `None` for no tag, a digest alone or a tag that is no version (`latest`): no
 /// upgrade steps can be derived from those.
 pub fn version(image: &str) -> Option<String> {
-    let reference: oci_spec::distribution::Reference = image.parse().ok()?;
-    let tag = reference.tag()?;
+    let tag = tag(image)?;
     let version = tag.strip_prefix('v').unwrap_or(tag);
     version
         .split('.')
         .next()
         .is_some_and(|major| major.parse::<u32>().is_ok())
         .then(|| format!("v{version}"))
+}
+
+/// The tag of an image reference, by the distribution spec's grammar
+/// (`reference := name [":" tag] ["@" digest]`, `name := [domain "/"] path`,
+/// `tag := [\w][\w.-]{0,127}`): what follows the last `:` of the last path component. Not
+/// a regex: the `oci-spec` crate's reference regex took 20 MiB to compile and kept 7 MiB,
+/// a third of the operator's heap (`docs/performance.md`).
+fn tag(image: &str) -> Option<&str> {
+    let name_and_tag = image.split_once('@').map_or(image, |(before, _)| before);
+    let last = name_and_tag.rsplit('/').next()?;
+    let (_, tag) = last.split_once(':')?;
+    let name = &name_and_tag[..name_and_tag.len() - tag.len() - 1];
+    let name_ok = !name.is_empty()
+        && name.split('/').all(|component| !component.is_empty())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/:".contains(c));
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let tag_ok = tag.len() <= 128
+        && tag.starts_with(word)
+        && tag.chars().all(|c| word(c) || c == '.' || c == '-');
+    (name_ok && tag_ok).then_some(tag)
 }
 
 /// Every image a `Clair` runs, with the field that sets it (defaults included).
@@ -144,6 +165,24 @@ mod tests {
         assert_eq!(version("clair:latest"), None);
         assert_eq!(version("clair@sha256:abc"), None);
         assert_eq!(version("not an image"), None);
+        assert_eq!(version("bad name:4.9.0"), None, "a name with a space");
+        assert_eq!(
+            version("clair:4.9.0").as_deref(),
+            Some("v4.9.0"),
+            "no domain"
+        );
+        assert_eq!(version("clair:4.9.0:1"), None, "a tag with a colon");
+        assert_eq!(
+            version(&format!("clair:4{}", "0".repeat(128))),
+            None,
+            "over 128"
+        );
+        assert_eq!(
+            version("clair:.4"),
+            None,
+            "a tag starts with a word character"
+        );
+        assert_eq!(version("registry:5000/clair"), None, "a port is no tag");
     }
 
     #[test]
