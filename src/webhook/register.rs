@@ -224,10 +224,12 @@ async fn next_check(
 ) -> Option<Wake> {
     let changed = async {
         match changes {
-            Some(changes) => {
-                changes.next().await;
-                while let Some(Some(())) = changes.next().now_or_never() {}
-            }
+            // No watch at all (a mounted certificate the installer registers) is a stream
+            // that ends at once: only the pause wakes then.
+            Some(changes) => match changes.next().await {
+                Some(()) => while let Some(Some(())) = changes.next().now_or_never() {},
+                None => futures::future::pending::<()>().await,
+            },
             None => futures::future::pending::<()>().await,
         }
     };
@@ -449,4 +451,43 @@ pub async fn run(
     let _ = stop.send(true);
     let _ = server.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_watch_wakes_on_the_pause_only_and_a_burst_of_changes_is_one_wake() {
+        let mut shutdown = Box::pin(futures::future::pending::<()>());
+        // A mounted certificate the installer registers: nothing watched.
+        let mut nothing =
+            futures::stream::select_all(Vec::<futures::stream::BoxStream<'static, ()>>::new());
+        let pause = Duration::from_millis(20);
+        let started = std::time::Instant::now();
+        let wake = next_check(pause, Some(&mut nothing), &mut shutdown).await;
+        assert_eq!(wake, Some(Wake::Paced));
+        assert!(
+            started.elapsed() >= pause,
+            "an ended stream must not wake it at once"
+        );
+
+        let mut burst = futures::stream::iter([(), (), ()]).chain(futures::stream::pending());
+        let wake = next_check(Duration::from_secs(3600), Some(&mut burst), &mut shutdown).await;
+        assert_eq!(wake, Some(Wake::Changed));
+        assert_eq!(
+            burst.next().now_or_never(),
+            None,
+            "the burst was drained in one wake"
+        );
+
+        let mut stopped = Box::pin(futures::future::ready(()));
+        let wake = next_check(
+            Duration::from_secs(3600),
+            None::<&mut futures::stream::Pending<()>>,
+            &mut stopped,
+        )
+        .await;
+        assert_eq!(wake, None);
+    }
 }
