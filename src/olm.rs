@@ -698,10 +698,21 @@ mod tests {
             .iter()
             .map(|r| r["rules"].as_array().map_or(0, Vec::len))
             .sum();
-        // All but the webhook configurations and the EndpointSlices.
-        assert_eq!(count(&namespaced) + count(&cluster), total - 2);
+        // All but the webhook configurations, the EndpointSlices and the watch of the
+        // certificate's Secret (OLM mounts the certificate).
+        assert_eq!(count(&namespaced) + count(&cluster), total - 3);
         assert!(!cluster.to_string().contains("admissionregistration"));
         assert!(!namespaced.to_string().contains("endpointslices"));
+        let watches_the_certificate =
+            namespaced[0]["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|rule| {
+                    rule["resourceNames"] == json!([crate::webhook::register::SECRET_NAME])
+                        && rule["verbs"].to_string().contains("watch")
+                });
+        assert!(!watches_the_certificate);
     }
 
     #[test]
