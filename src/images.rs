@@ -102,8 +102,8 @@ fn tag(image: &str) -> Option<&str> {
 pub fn clair_images(spec: &ClairSpec) -> Vec<(String, String)> {
     let mut images = vec![("spec.image".to_string(), render::clair::image(spec))];
     let overrides = [
-        ("indexer", spec.indexer.as_ref()),
-        ("matcher", spec.matcher.as_ref()),
+        ("indexer", spec.indexer.as_deref()),
+        ("matcher", spec.matcher.as_deref()),
         ("notifier", spec.notifier.as_ref().map(|n| &n.service)),
     ];
     for (service, overrides) in overrides {

@@ -111,13 +111,13 @@ pub struct ClairSpec {
     pub database: DatabaseSpec,
     /// The indexer service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub indexer: Option<ServiceOverrides>,
+    pub indexer: Option<Box<ServiceOverrides>>,
     /// The matcher service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub matcher: Option<ServiceOverrides>,
+    pub matcher: Option<Box<ServiceOverrides>>,
     /// The notifier service, which may be switched off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notifier: Option<NotifierOverrides>,
+    pub notifier: Option<Box<NotifierOverrides>>,
     /// Settings of every pod this Clair runs: the three services, the updater CronJob and
     /// the upgrade Jobs (a mirror's pull secret, a private CA, a proxy, scheduling). A
     /// service's own `pod` settings win field by field; labels, annotations, variables and
@@ -125,7 +125,7 @@ pub struct ClairSpec {
     /// The `caBundle` is also what the operator trusts when it checks an external database
     /// with `sslmode=verify-ca` or `verify-full`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<PodOverrides>,
+    pub pod: Option<Box<PodOverrides>>,
     /// How clients outside the cluster reach Clair's API. Unset: no routing object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingSpec>,

@@ -24,10 +24,10 @@ pub struct ServiceSpec {
     pub replicas: i32,
     /// Run a HorizontalPodAutoscaler instead of a fixed replica count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscaling: Option<Autoscaling>,
+    pub autoscaling: Option<Box<Autoscaling>>,
     /// Settings of the pods: resources, scratch volume, scheduling and environment.
     #[serde(default, skip_serializing_if = "is_default")]
-    pub pod: PodOverrides,
+    pub pod: Box<PodOverrides>,
     /// Send Clair's traces to an OTLP collector (rendered as Clair's `trace` section, before
     /// the config's drop-ins). Unset: no traces leave the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,15 +4,17 @@
 //! reconciles tell when: an event of a kept object at another resourceVersion (or its
 //! deletion, or a relist) drops it, before the reconcile it triggers reads. A read that was
 //! under way while such an event passed is not kept (its answer may predate the change).
-//! The operator's own write of one is kept as the apiserver returned it, unless an event of
-//! it passed while the write was under way; a delete drops it.
+//! The operator's own write of one is kept as the apiserver returned it when a reconcile
+//! reads it (a config snapshot, written once and mounted, is not kept), unless an event of
+//! it passed while the write was under way; a delete drops it. Of an object's metadata only
+//! what names it is kept.
 //!
 //! Bounded: at most [`MAX_BYTES`] of data and metadata (the field managers' records, which
 //! the apiserver sends with every object, are not kept); past it the least recently used go. Only what
 //! a resource names is ever kept (no unrelated Secret is read), and it is what the operator
 //! renders into its own config Secrets in any case.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -63,7 +65,14 @@ struct State {
     bytes: usize,
     /// Reads under way, by key: `true` once an event of the key passed meanwhile.
     reading: HashMap<Key, (u32, bool)>,
+    /// The keys a reconcile has read: only the operator's writes of these are kept (a config
+    /// snapshot, written once and never read back, is not). Emptied past [`MAX_WANTED`]
+    /// (forgetting costs a read, never a stale answer).
+    wanted: HashSet<Key>,
 }
+
+/// At most this many keys are remembered as read.
+const MAX_WANTED: usize = 50_000;
 
 #[derive(Default)]
 pub struct Contents {
@@ -114,9 +123,25 @@ impl Contents {
 
     /// Says a read of `name` starts (before it is sent).
     pub fn reading(&self, kind: Kind, namespace: &str, name: &str) -> Reading<'_> {
+        self.start(kind, namespace, name, true)
+    }
+
+    /// Says the operator's own write of `name` starts (before it is sent): kept when it
+    /// returns only if a reconcile reads `name` ([`Contents::wrote`]).
+    pub fn writing(&self, kind: Kind, namespace: &str, name: &str) -> Reading<'_> {
+        self.start(kind, namespace, name, false)
+    }
+
+    fn start(&self, kind: Kind, namespace: &str, name: &str, read: bool) -> Reading<'_> {
         let key = (kind, namespace.to_string(), name.to_string());
         if let Ok(mut state) = self.state.lock() {
             state.reading.entry(key.clone()).or_insert((0, false)).0 += 1;
+            if read {
+                if state.wanted.len() >= MAX_WANTED {
+                    state.wanted.clear();
+                }
+                state.wanted.insert(key.clone());
+            }
         }
         Reading {
             contents: self,
@@ -134,8 +159,19 @@ impl Contents {
     }
 
     /// Keeps what the operator's own write of a ConfigMap or Secret returned (the reading
-    /// started before the write was sent), so the next reconcile need not read it back.
+    /// started before the write was sent), so the next reconcile need not read it back; one
+    /// no reconcile reads is not kept.
     pub fn wrote<T: serde::Serialize>(&self, reading: Reading<'_>, written: &T) {
+        let wanted = self
+            .state
+            .lock()
+            .is_ok_and(|state| state.wanted.contains(&reading.key));
+        if !wanted {
+            let (kind, namespace, name) = reading.key.clone();
+            drop(reading);
+            self.forget(kind, &namespace, &name);
+            return;
+        }
         let value = serde_json::to_value(written).ok();
         match reading.key.0 {
             Kind::ConfigMap => {
@@ -315,10 +351,17 @@ impl Contents {
 }
 
 /// `metadata` without what no reconcile reads (the field managers' records, which the
-/// apiserver sends with every object and which outweighed the data of a small Secret), and
-/// about what the rest takes in memory: its size as JSON.
+/// apiserver sends with every object and which outweighed the data of a small Secret; the
+/// labels, annotations and owners), and about what the rest takes in memory: its size as JSON.
 fn slimmed(metadata: &mut kube::api::ObjectMeta) -> usize {
-    super::decoded::slim_metadata(metadata);
+    // Reconciles read a kept object's data; of its metadata only what names it.
+    *metadata = kube::api::ObjectMeta {
+        name: metadata.name.take(),
+        namespace: metadata.namespace.take(),
+        uid: metadata.uid.take(),
+        resource_version: metadata.resource_version.take(),
+        ..Default::default()
+    };
     serde_json::to_vec(metadata).map_or(0, |json| json.len())
 }
 
@@ -442,7 +485,13 @@ mod tests {
     #[test]
     fn the_operators_own_write_is_kept_unless_an_event_overtook_it() {
         let contents = Contents::default();
+        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin");
+        contents.wrote(reading, &config_map("4", "a"));
+        assert_eq!(kept(&contents), None, "a write nobody reads is not kept");
+        assert_eq!(contents.bytes(), 0);
         let reading = contents.reading(Kind::ConfigMap, "ns", "dropin");
+        contents.read_config_map(reading, None);
+        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin");
         contents.wrote(reading, &config_map("5", "a"));
         assert_eq!(kept(&contents).as_deref(), Some("a"));
         contents.heard(Kind::ConfigMap, &event("5"));
@@ -451,7 +500,7 @@ mod tests {
             Some("a"),
             "its own event keeps it"
         );
-        let reading = contents.reading(Kind::ConfigMap, "ns", "dropin");
+        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin");
         contents.heard(Kind::ConfigMap, &event("7"));
         contents.wrote(reading, &config_map("6", "b"));
         assert_eq!(

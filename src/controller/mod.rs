@@ -18,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod observer;
 pub mod owned;
+pub mod packed;
 pub mod service;
 pub mod stores;
 pub mod templates;

@@ -35,6 +35,7 @@ use kube::Resource;
 use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 
+use super::packed::Packed;
 use super::service::workload::DeploymentState;
 use crate::api::labels;
 
@@ -53,16 +54,17 @@ impl Watched for Deployment {
     }
 }
 
-/// One owned object as its watch last showed it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Entry {
-    pub uid: String,
-    pub resource_version: String,
-    pub generation: Option<i64>,
+/// One owned object as its watch last showed it: its strings packed ([`Packed`]), no
+/// allocation of its own (a Deployment's state aside).
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    uid: Packed,
+    resource_version: Packed,
+    generation: Option<i64>,
     /// Its applied-hash annotation (`apply::APPLIED`).
-    pub applied: Option<String>,
+    applied: Option<Packed>,
     /// The UID its controller owner reference names.
-    pub controller: Option<String>,
+    controller: Option<Packed>,
     /// What the operator last saw it hold: the hash it applied, at this resourceVersion
     /// (and generation). Kept across watch events of the same UID.
     verified: Option<Verified>,
@@ -74,28 +76,46 @@ pub struct Entry {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Verified {
-    hash: String,
-    resource_version: String,
+    hash: Packed,
+    resource_version: Packed,
     generation: Option<i64>,
+}
+
+/// An owned object as the applier needs it: what to write with a precondition (its UID)
+/// and whether what it holds was applied with another hash.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    pub uid: String,
+    applied: Option<Packed>,
+}
+
+impl Seen {
+    /// Whether it holds what the operator applied with a hash other than `hash`.
+    pub fn applied_other_than(&self, hash: &str) -> bool {
+        self.applied
+            .as_ref()
+            .is_some_and(|applied| !applied.is(hash))
+    }
 }
 
 impl Entry {
     fn of(meta: &kube::api::ObjectMeta) -> Self {
+        let packed = |text: Option<&String>| Packed::of(text.map_or("", String::as_str));
         Entry {
-            uid: meta.uid.clone().unwrap_or_default(),
-            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            uid: packed(meta.uid.as_ref()),
+            resource_version: packed(meta.resource_version.as_ref()),
             generation: meta.generation,
             applied: meta
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(super::apply::APPLIED))
-                .cloned(),
+                .map(|hash| Packed::of(hash)),
             controller: meta
                 .owner_references
                 .iter()
                 .flatten()
                 .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone()),
+                .map(|o| Packed::of(&o.uid)),
             verified: None,
             deployment: None,
         }
@@ -108,7 +128,7 @@ impl Entry {
         };
         let same_version = verified.resource_version == self.resource_version
             || (verified.generation.is_some() && verified.generation == self.generation);
-        verified.hash == hash && self.applied.as_deref() == Some(hash) && same_version
+        verified.hash.is(hash) && self.applied.as_ref() == Some(&verified.hash) && same_version
     }
 }
 
@@ -130,7 +150,12 @@ struct Map {
     listing: Option<Objects>,
 }
 
-type Name = (String, String);
+/// An object's `namespace/name` (neither holds a `/`), shared by its entry and the index.
+type Name = std::sync::Arc<str>;
+
+fn name_of(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
 
 /// One watch's entries by namespace and name, and the names each controller UID controls:
 /// an owner's objects are found without walking every entry (at 1,000 Clairs in one
@@ -138,33 +163,37 @@ type Name = (String, String);
 #[derive(Default)]
 struct Objects {
     entries: HashMap<Name, Entry>,
-    by_controller: HashMap<String, std::collections::BTreeSet<Name>>,
+    by_controller: HashMap<Packed, Vec<Name>>,
 }
 
 impl Objects {
-    fn get(&self, name: &Name) -> Option<&Entry> {
+    fn get(&self, name: &str) -> Option<&Entry> {
         self.entries.get(name)
     }
 
-    fn get_mut(&mut self, name: &Name) -> Option<&mut Entry> {
+    fn get_mut(&mut self, name: &str) -> Option<&mut Entry> {
         self.entries.get_mut(name)
     }
 
-    fn insert(&mut self, name: Name, entry: Entry) {
+    fn insert(&mut self, name: &str, entry: Entry) {
+        let name: Name = match self.entries.get_key_value(name) {
+            Some((shared, _)) => shared.clone(),
+            None => name.into(),
+        };
         if let Some(controller) = &entry.controller {
-            self.by_controller
-                .entry(controller.clone())
-                .or_default()
-                .insert(name.clone());
+            let names = self.by_controller.entry(controller.clone()).or_default();
+            if !names.contains(&name) {
+                names.push(name.clone());
+            }
         }
         if let Some(old) = self.entries.insert(name.clone(), entry) {
             self.unindex(&name, &old);
         }
     }
 
-    fn remove(&mut self, name: &Name) {
-        if let Some(old) = self.entries.remove(name) {
-            self.unindex(name, &old);
+    fn remove(&mut self, name: &str) {
+        if let Some((name, old)) = self.entries.remove_entry(name) {
+            self.unindex(&name, &old);
         }
     }
 
@@ -178,29 +207,40 @@ impl Objects {
             return;
         }
         if let Some(names) = self.by_controller.get_mut(controller) {
-            names.remove(name);
+            names.retain(|n| n != name);
             if names.is_empty() {
                 self.by_controller.remove(controller);
             }
         }
     }
 
-    /// The entries controlled by `controller` in `namespace`.
+    /// The entries controlled by `controller` in `namespace`, by name (without the namespace).
     fn controlled<'a>(
         &'a self,
         namespace: &'a str,
         controller: &str,
-    ) -> impl Iterator<Item = (&'a Name, &'a Entry)> + 'a {
+    ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
         self.by_controller
-            .get(controller)
+            .get(&Packed::of(controller))
             .into_iter()
             .flatten()
-            .filter(move |(ns, _)| ns == namespace)
-            .filter_map(|name| Some((name, self.entries.get(name)?)))
+            .filter_map(move |full| {
+                let name = full.strip_prefix(namespace)?.strip_prefix('/')?;
+                Some((name, self.entries.get(full)?))
+            })
     }
 
     fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// `versions::at_least` for packed versions: integers compare, anything else is only equal
+/// to itself.
+fn at_least(version: &Packed, than: &Packed) -> bool {
+    match (version, than) {
+        (Packed::Integer(version), Packed::Integer(than)) => version >= than,
+        _ => version == than,
     }
 }
 
@@ -254,9 +294,9 @@ impl OwnedObjects {
             managed && controlled
         };
         let name_of = |meta: &kube::api::ObjectMeta| {
-            (
-                meta.namespace.clone().unwrap_or_default(),
-                meta.name.clone().unwrap_or_default(),
+            name_of(
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
             )
         };
         let Ok(mut maps) = self.maps.lock() else {
@@ -283,7 +323,7 @@ impl OwnedObjects {
                     objects.remove(&name);
                     return;
                 }
-                objects.insert(name, entry);
+                objects.insert(&name, entry);
             }
             Event::Delete(object) => {
                 map.objects.remove(&name_of(object.meta()));
@@ -330,11 +370,17 @@ impl OwnedObjects {
         kind: &str,
         namespace: &str,
         owner_uid: &str,
-    ) -> Option<BTreeMap<String, Entry>> {
+    ) -> Option<BTreeMap<String, Seen>> {
         self.with_map(owner_kind, kind, namespace, |map| {
             map.objects
                 .controlled(namespace, owner_uid)
-                .map(|((_, name), e)| (name.clone(), e.clone()))
+                .map(|(name, e)| {
+                    let seen = Seen {
+                        uid: e.uid.to_string(),
+                        applied: e.applied.clone(),
+                    };
+                    (name.to_string(), seen)
+                })
                 .collect()
         })
     }
@@ -357,7 +403,7 @@ impl OwnedObjects {
     ) -> bool {
         self.with_map(owner_kind, kind, namespace, |map| {
             map.objects
-                .get(&(namespace.to_string(), name.to_string()))
+                .get(&name_of(namespace, name))
                 .is_some_and(|e| e.holds(hash))
         })
         .unwrap_or(false)
@@ -367,31 +413,26 @@ impl OwnedObjects {
     /// the operator applied with `hash`. The entry is made if the watch has not brought it
     /// yet: the next reconcile need not read back the operator's own write.
     pub fn verified(&self, owner_kind: &str, kind: &str, meta: &kube::api::ObjectMeta, hash: &str) {
-        let namespace = meta.namespace.clone().unwrap_or_default();
-        let name = meta.name.clone().unwrap_or_default();
-        self.with_map(owner_kind, kind, &namespace, |map| {
-            let key = (namespace.clone(), name);
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        let name = name_of(namespace, meta.name.as_deref().unwrap_or_default());
+        self.with_map(owner_kind, kind, namespace, |map| {
             let mut entry = Entry::of(meta);
-            entry.verified = Some(Verified {
-                hash: hash.to_string(),
+            let verified = Verified {
+                hash: Packed::of(hash),
                 resource_version: entry.resource_version.clone(),
                 generation: entry.generation,
-            });
-            let verified = entry.verified.clone();
-            match map.objects.get_mut(&key).filter(|p| p.uid == entry.uid) {
+            };
+            let seen = map.objects.get_mut(&name).filter(|p| p.uid == entry.uid);
+            match seen {
                 // The watch already brought this version or a later one (a status update
                 // of the same spec, say): kept, with what was verified.
-                Some(seen)
-                    if super::versions::at_least(
-                        &seen.resource_version,
-                        &entry.resource_version,
-                    ) =>
-                {
-                    seen.verified = verified;
+                Some(seen) if at_least(&seen.resource_version, &entry.resource_version) => {
+                    seen.verified = Some(verified);
                 }
                 // A write's own state is not here until its event is.
                 _ => {
-                    map.objects.insert(key, entry);
+                    entry.verified = Some(verified);
+                    map.objects.insert(&name, entry);
                 }
             }
         });
@@ -411,9 +452,7 @@ impl OwnedObjects {
     ) -> Option<DeploymentState> {
         let kind = Deployment::kind(&());
         self.with_map(owner_kind, &kind, namespace, |map| {
-            let entry = map
-                .objects
-                .get(&(namespace.to_string(), name.to_string()))?;
+            let entry = map.objects.get(&name_of(namespace, name))?;
             let spec_verified = entry
                 .verified
                 .as_ref()
@@ -437,8 +476,8 @@ impl OwnedObjects {
     ) -> Option<String> {
         self.with_map(owner_kind, kind, namespace, |map| {
             map.objects
-                .get(&(namespace.to_string(), name.to_string()))
-                .map(|e| e.resource_version.clone())
+                .get(&name_of(namespace, name))
+                .map(|e| e.resource_version.to_string())
         })
         .flatten()
     }
@@ -446,8 +485,7 @@ impl OwnedObjects {
     /// Forgets what was verified of object `name` (a write refused as stale, a delete).
     pub fn forget(&self, owner_kind: &str, kind: &str, namespace: &str, name: &str) {
         self.with_map(owner_kind, kind, namespace, |map| {
-            map.objects
-                .remove(&(namespace.to_string(), name.to_string()));
+            map.objects.remove(&name_of(namespace, name));
         });
     }
 
@@ -648,35 +686,59 @@ mod tests {
     #[test]
     fn an_owners_objects_are_indexed_by_its_uid_through_changes_and_removals() {
         let entry = |controller: &str| Entry {
-            controller: Some(controller.to_string()),
-            ..Default::default()
+            controller: Some(Packed::of(controller)),
+            ..Entry::of(&ObjectMeta::default())
         };
-        let name = |n: &str| ("ns".to_string(), n.to_string());
         let names = |objects: &Objects, ns: &str, owner: &str| -> Vec<String> {
-            objects
+            let mut names: Vec<String> = objects
                 .controlled(ns, owner)
-                .map(|((_, n), _)| n.clone())
-                .collect()
+                .map(|(n, _)| n.to_string())
+                .collect();
+            names.sort();
+            names
         };
         let mut objects = Objects::default();
-        objects.insert(name("a"), entry("one"));
-        objects.insert(name("b"), entry("one"));
-        objects.insert(name("c"), entry("two"));
+        objects.insert("ns/a", entry("one"));
+        objects.insert("ns/b", entry("one"));
+        objects.insert("ns/c", entry("two"));
+        objects.insert("nsx/d", entry("one"));
         assert_eq!(names(&objects, "ns", "one"), ["a", "b"]);
         assert!(names(&objects, "other", "one").is_empty());
         // Another controller now: it moves.
-        objects.insert(name("b"), entry("two"));
+        objects.insert("ns/b", entry("two"));
         assert_eq!(names(&objects, "ns", "one"), ["a"]);
         assert_eq!(names(&objects, "ns", "two"), ["b", "c"]);
-        // The same controller again: still indexed.
-        objects.insert(name("a"), entry("one"));
+        // The same controller again: still indexed, once.
+        objects.insert("ns/a", entry("one"));
         assert_eq!(names(&objects, "ns", "one"), ["a"]);
-        objects.remove(&name("a"));
+        objects.remove("ns/a");
+        objects.remove("nsx/d");
         assert!(names(&objects, "ns", "one").is_empty());
         assert!(
-            !objects.by_controller.contains_key("one"),
+            !objects.by_controller.contains_key(&Packed::of("one")),
             "nothing left behind"
         );
         assert_eq!(objects.len(), 2);
+    }
+
+    #[test]
+    fn an_entry_allocates_nothing_of_its_own() {
+        let (owned, key) = listed();
+        let uid = "6f1c2b9e-8d4a-4c3b-9a7e-1f2e3d4c5b6a";
+        let mut meta = meta("10", Some(1), "0123456789abcdef");
+        meta.uid = Some(uid.into());
+        meta.owner_references.as_mut().unwrap()[0].uid = uid.into();
+        owned.record(&key, "Indexer", &event(meta.clone()));
+        owned.verified("Indexer", "Deployment", &meta, "0123456789abcdef");
+        let maps = owned.maps.lock().unwrap();
+        let entry = maps[&key].objects.get("ns/clair-indexer").unwrap();
+        for packed in [&entry.uid, &entry.resource_version]
+            .into_iter()
+            .chain(&entry.applied)
+            .chain(&entry.controller)
+        {
+            assert!(!matches!(packed, Packed::Text(_)), "{packed:?}");
+        }
+        assert!(std::mem::size_of::<Entry>() <= 192);
     }
 }

@@ -213,25 +213,25 @@ mod tests {
     #[test]
     fn one_engine_at_a_time() {
         let mut spec = spec();
-        spec.autoscaling = Some(keda());
+        spec.autoscaling = Some(Box::new(keda()));
         let keda = input(&spec);
         assert!(autoscaler(&keda).is_none());
         assert!(scaled_object(&keda).is_some());
         assert_eq!(
-            autoscaler_name("m", spec.autoscaling.as_ref()).as_deref(),
+            autoscaler_name("m", spec.autoscaling.as_deref()).as_deref(),
             Some("keda-hpa-m")
         );
         let mut spec = spec.clone();
-        spec.autoscaling = Some(Autoscaling {
+        spec.autoscaling = Some(Box::new(Autoscaling {
             max_replicas: 3,
             target_cpu_utilization_percentage: Some(80),
             ..Default::default()
-        });
+        }));
         let hpa = input(&spec);
         assert!(autoscaler(&hpa).is_some());
         assert!(scaled_object(&hpa).is_none());
         assert_eq!(
-            autoscaler_name("m", spec.autoscaling.as_ref()).as_deref(),
+            autoscaler_name("m", spec.autoscaling.as_deref()).as_deref(),
             Some("m")
         );
         assert_eq!(autoscaler_name("m", None), None);
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn the_scaled_object_targets_the_deployment_with_prometheus_triggers_on_its_own_pods() {
         let mut spec = spec();
-        spec.autoscaling = Some(keda());
+        spec.autoscaling = Some(Box::new(keda()));
         let mut input = input(&spec);
         input.kind = ServiceKind::Indexer;
         let object = scaled_object(&input).expect("a ScaledObject");
@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn an_indexers_default_in_flight_target_follows_its_cpu_limit() {
         let mut spec = spec();
-        spec.autoscaling = Some(keda());
+        spec.autoscaling = Some(Box::new(keda()));
         let mut input = input(&spec);
         input.kind = ServiceKind::Indexer;
         assert_eq!(
@@ -287,7 +287,7 @@ mod tests {
             "no limit: the constant"
         );
         let mut limited = spec.clone();
-        limited.pod = crate::render::sizing::tests::cpu_limited("500m");
+        *limited.pod = crate::render::sizing::tests::cpu_limited("500m");
         input.spec = &limited;
         assert_eq!(
             default_target_in_flight(&input),

@@ -93,8 +93,8 @@ impl ClairInput<'_> {
 
     pub fn overrides(&self, role: ServiceKind) -> Option<&ServiceOverrides> {
         match role {
-            ServiceKind::Indexer => self.spec.indexer.as_ref(),
-            ServiceKind::Matcher => self.spec.matcher.as_ref(),
+            ServiceKind::Indexer => self.spec.indexer.as_deref(),
+            ServiceKind::Matcher => self.spec.matcher.as_deref(),
             ServiceKind::Notifier => self.spec.notifier.as_ref().map(|n| &n.service),
         }
     }
@@ -110,7 +110,7 @@ impl ClairInput<'_> {
     /// The settings of every pod this Clair runs (`spec.pod`); a service's own win.
     pub fn pod_settings(&self) -> &PodOverrides {
         static NONE: std::sync::LazyLock<PodOverrides> = std::sync::LazyLock::new(Default::default);
-        self.spec.pod.as_ref().unwrap_or(&NONE)
+        self.spec.pod.as_deref().unwrap_or(&NONE)
     }
 
     /// The pod settings a service's pods get: its own over the Clair's.
@@ -320,8 +320,8 @@ pub fn child<K: ClairService + Resource>(
         image: Some(input.service_image(role)),
         config: child_config(input),
         replicas: overrides.replicas.unwrap_or(1),
-        autoscaling: overrides.autoscaling,
-        pod,
+        autoscaling: overrides.autoscaling.map(Box::new),
+        pod: Box::new(pod),
         tracing: input.spec.tracing.clone(),
     };
     let mut object = K::with_spec(&input.child_name(role), spec);
@@ -382,11 +382,11 @@ mod tests {
         );
         assert_eq!(config["indexer"]["connstring"], "host=db user=indexer");
         // The indexer's own limit, the matcher's from the Clair's pod settings.
-        spec.indexer = Some(ServiceOverrides {
+        spec.indexer = Some(Box::new(ServiceOverrides {
             pod: Some(limited("500m")),
             ..Default::default()
-        });
-        spec.pod = Some(limited("2"));
+        }));
+        spec.pod = Some(Box::new(limited("2")));
         let mut connections = ConnStrings::example();
         connections.notifier = Some("host=db user=notifier pool_max_conns=12".into());
         let config = root_config(&input(&spec), &connections, "c2VjcmV0");
@@ -452,7 +452,7 @@ mod tests {
             schedule: Some("@daily".into()),
             ..Default::default()
         });
-        spec.pod = Some(PodOverrides {
+        spec.pod = Some(Box::new(PodOverrides {
             image_pull_secrets: vec![LocalObjectReference {
                 name: "mirror-pull".into(),
             }],
@@ -476,15 +476,15 @@ mod tests {
                 ..Default::default()
             }],
             ..Default::default()
-        });
-        spec.matcher = Some(ServiceOverrides {
+        }));
+        spec.matcher = Some(Box::new(ServiceOverrides {
             pod: Some(PodOverrides {
                 priority_class_name: Some("matchers".into()),
                 labels: [("team".to_string(), "matching".to_string())].into(),
                 ..Default::default()
             }),
             ..Default::default()
-        });
+        }));
         let input = input(&spec);
         let cronjob = updater_cronjob(&input).unwrap();
         let template = cronjob.spec.unwrap().job_template.spec.unwrap().template;
@@ -542,10 +542,10 @@ mod tests {
     #[test]
     fn a_disabled_notifier_has_no_config_and_no_resource() {
         let mut spec = spec();
-        spec.notifier = Some(NotifierOverrides {
+        spec.notifier = Some(Box::new(NotifierOverrides {
             enabled: Some(false),
             service: Default::default(),
-        });
+        }));
         let input = input(&spec);
         assert!(!input.enabled(ServiceKind::Notifier));
         let mut c = ConnStrings::example();
@@ -557,10 +557,10 @@ mod tests {
     fn children_take_the_generated_root_and_the_users_dropins() {
         let mut spec = spec();
         spec.image = Some("example/clair:4.9.0".into());
-        spec.indexer = Some(ServiceOverrides {
+        spec.indexer = Some(Box::new(ServiceOverrides {
             replicas: Some(3),
             ..Default::default()
-        });
+        }));
         let indexer: Indexer = child(&input(&spec), ServiceKind::Indexer, None);
         assert_eq!(indexer.metadata.name.as_deref(), Some("clair-indexer"));
         let s = &indexer.spec.service;

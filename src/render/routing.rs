@@ -266,10 +266,10 @@ mod tests {
     #[test]
     fn ingress_routes_each_service_by_its_path() {
         let spec = ClairSpec {
-            notifier: Some(NotifierOverrides {
+            notifier: Some(Box::new(NotifierOverrides {
                 enabled: Some(false),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let r = routing(RoutingKind::Ingress);

@@ -174,15 +174,15 @@ impl Resource {
             Self::Clair(clair) => {
                 let spec = &clair.spec;
                 let services = [
-                    spec.indexer.as_ref(),
-                    spec.matcher.as_ref(),
+                    spec.indexer.as_deref(),
+                    spec.matcher.as_deref(),
                     spec.notifier.as_ref().map(|n| &n.service),
                 ];
                 let pods: Vec<_> = services
                     .into_iter()
                     .flatten()
                     .filter_map(|s| s.pod.as_ref())
-                    .chain(spec.pod.as_ref())
+                    .chain(spec.pod.as_deref())
                     .collect();
                 (spec.tracing.as_ref(), pods)
             }
@@ -305,10 +305,10 @@ fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>)
         }
     }
     // Each autoscaled service's resources, its own over `spec.pod`'s, as its child gets them.
-    let shared = spec.pod.clone().unwrap_or_default();
+    let shared = spec.pod.as_deref().cloned().unwrap_or_default();
     for (name, service) in [
-        ("indexer", spec.indexer.as_ref()),
-        ("matcher", spec.matcher.as_ref()),
+        ("indexer", spec.indexer.as_deref()),
+        ("matcher", spec.matcher.as_deref()),
         ("notifier", spec.notifier.as_ref().map(|n| &n.service)),
     ] {
         let Some(service) = service.filter(|s| s.autoscaling.is_some()) else {

@@ -78,11 +78,11 @@ pub async fn observe(
                 "HorizontalPodAutoscaler {hpa}"
             )))
     };
-    let autoscaler = match autoscaler_name(name, spec.autoscaling.as_ref()) {
+    let autoscaler = match autoscaler_name(name, spec.autoscaling.as_deref()) {
         Some(hpa) => read(hpa).await?,
         None => None,
     };
-    let engine_switching = match spec.autoscaling.as_ref().map(engine) {
+    let engine_switching = match spec.autoscaling.as_deref().map(engine) {
         Some(AutoscalingEngine::Hpa) if scaled_objects => {
             read(format!("keda-hpa-{name}")).await?.is_some()
         }

@@ -475,12 +475,12 @@ mod tests {
     #[test]
     fn autoscaling_hands_replicas_to_the_autoscaler() {
         let mut spec = spec();
-        spec.autoscaling = Some(Autoscaling {
+        spec.autoscaling = Some(Box::new(Autoscaling {
             min_replicas: Some(2),
             max_replicas: 5,
             target_cpu_utilization_percentage: Some(70),
             ..Default::default()
-        });
+        }));
         let mut input = input(&spec);
         assert_eq!(deployment(&input, "s", "h").spec.unwrap().replicas, None);
         input.current_replicas = Some(4);
