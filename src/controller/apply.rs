@@ -29,10 +29,6 @@ use crate::render::service::service_monitor_resource;
 /// desired object (including a field it stops setting) changes the hash and forces an apply.
 pub const APPLIED: &str = "clair.projectquay.io/applied";
 
-/// A UID no object has (the apiserver's are random, version 4): the precondition of a write
-/// that must only create.
-const NO_OBJECT: &str = "00000000-0000-0000-0000-000000000000";
-
 /// What an apply did, for logs, metrics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "lowercase")]
@@ -165,28 +161,26 @@ impl Applier<'_> {
                 }
                 (_, None) => {}
             };
+            // What is applied again is kept as written; what is made once (a config
+            // snapshot, mounted and never read back) only if a reconcile reads it.
+            let keep = matches!(write, Write::Apply(_));
             let reading = super::contents::Kind::of(&kind)
-                .map(|k| self.contents.writing(k, self.namespace, name));
-            // Written without a read first, with a UID in the body as a precondition (the UID
-            // is immutable: the apiserver refuses a write of another object's, 409 or 422, and
-            // gives a created object one of its own). Refused, the object is read and judged
-            // below, so someone else's object of the name is never taken over:
-            // - controlled, and what it holds was applied with another hash: the operator's
-            //   own change (a read would only look for a hand edit of what it applied, and
-            //   that changes anyway); its UID, should the watch be behind a delete and
-            //   someone else's object of the name;
-            // - never seen, by a watch that has listed: most likely absent, so created; a UID
-            //   no object has ([`NO_OBJECT`]), should it exist after all (not the operator's,
-            //   or out of the watch: a selector label removed by hand).
-            let guard = match cached.as_ref().map(|c| c.get(name)) {
-                _ if !matches!(write, Write::Apply(_)) => None,
-                Some(Some(e)) if !e.uid.is_empty() && e.applied_other_than(&hash) => {
-                    Some((e.uid.clone(), Outcome::Changed))
-                }
-                Some(None) => Some((NO_OBJECT.to_string(), Outcome::Created)),
-                _ => None,
-            };
-            if let Some((uid, outcome)) = guard {
+                .map(|k| self.contents.writing(k, self.namespace, name, keep));
+            // Controlled, and what it holds was applied with another hash: the operator's
+            // own change, written without a read (the read would only look for a hand edit
+            // of what the operator applied, and what it applied changes anyway).
+            // Its UID goes with the write as a precondition: should the watch be behind a
+            // delete and someone else's object of the name, the apiserver refuses the write
+            // (the UID is immutable), and the object is read and judged below. (An object
+            // never seen cannot be created so: the apiserver refuses a UID in an apply that
+            // creates, 409, so there is no "create only" apply.)
+            let superseded = cached
+                .as_ref()
+                .and_then(|c| c.get(name))
+                .filter(|e| matches!(write, Write::Apply(_)) && !e.uid.is_empty())
+                .filter(|e| e.applied_other_than(&hash))
+                .map(|e| e.uid.clone());
+            if let Some(uid) = superseded {
                 let mut guarded = value.clone();
                 guarded.value["metadata"]["uid"] = Value::String(uid);
                 match apply(&api, &kind, guarded, None, None).await {
@@ -196,7 +190,7 @@ impl Applier<'_> {
                                 .verified(self.owner_kind, &kind, now.meta(), &hash);
                         }
                         written(now.as_ref(), reading);
-                        self.record(&kind, name, outcome);
+                        self.record(&kind, name, Outcome::Changed);
                         continue;
                     }
                     Err(ApplyError::Write {

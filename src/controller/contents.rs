@@ -65,8 +65,8 @@ struct State {
     bytes: usize,
     /// Reads under way, by key: `true` once an event of the key passed meanwhile.
     reading: HashMap<Key, (u32, bool)>,
-    /// The keys a reconcile has read: only the operator's writes of these are kept (a config
-    /// snapshot, written once and never read back, is not). Emptied past [`MAX_WANTED`]
+    /// The keys a reconcile has read, or the operator writes to be read: only the operator's
+    /// writes of these are kept (a config snapshot, written once and never read back, is not). Emptied past [`MAX_WANTED`]
     /// (forgetting costs a read, never a stale answer).
     wanted: HashSet<Key>,
 }
@@ -126,17 +126,18 @@ impl Contents {
         self.start(kind, namespace, name, true)
     }
 
-    /// Says the operator's own write of `name` starts (before it is sent): kept when it
-    /// returns only if a reconcile reads `name` ([`Contents::wrote`]).
-    pub fn writing(&self, kind: Kind, namespace: &str, name: &str) -> Reading<'_> {
-        self.start(kind, namespace, name, false)
+    /// Says the operator's own write of `name` starts (before it is sent). What it returns
+    /// is kept ([`Contents::wrote`]) if `keep` (an object the operator writes again and
+    /// its reconciles read, a generated config) or if a reconcile has read `name`.
+    pub fn writing(&self, kind: Kind, namespace: &str, name: &str, keep: bool) -> Reading<'_> {
+        self.start(kind, namespace, name, keep)
     }
 
-    fn start(&self, kind: Kind, namespace: &str, name: &str, read: bool) -> Reading<'_> {
+    fn start(&self, kind: Kind, namespace: &str, name: &str, wanted: bool) -> Reading<'_> {
         let key = (kind, namespace.to_string(), name.to_string());
         if let Ok(mut state) = self.state.lock() {
             state.reading.entry(key.clone()).or_insert((0, false)).0 += 1;
-            if read {
+            if wanted {
                 if state.wanted.len() >= MAX_WANTED {
                     state.wanted.clear();
                 }
@@ -485,14 +486,21 @@ mod tests {
     #[test]
     fn the_operators_own_write_is_kept_unless_an_event_overtook_it() {
         let contents = Contents::default();
-        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin");
+        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin", false);
         contents.wrote(reading, &config_map("4", "a"));
-        assert_eq!(kept(&contents), None, "a write nobody reads is not kept");
+        assert_eq!(kept(&contents), None, "a snapshot nobody reads is not kept");
         assert_eq!(contents.bytes(), 0);
         let reading = contents.reading(Kind::ConfigMap, "ns", "dropin");
         contents.read_config_map(reading, None);
-        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin");
+        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin", false);
         contents.wrote(reading, &config_map("5", "a"));
+        assert_eq!(kept(&contents).as_deref(), Some("a"), "one read is");
+        let reading = contents.writing(Kind::ConfigMap, "ns", "other", true);
+        contents.wrote(reading, &config_map("5", "a"));
+        assert!(
+            contents.config_map("ns", "other").is_some(),
+            "so is one applied again"
+        );
         assert_eq!(kept(&contents).as_deref(), Some("a"));
         contents.heard(Kind::ConfigMap, &event("5"));
         assert_eq!(
@@ -500,7 +508,7 @@ mod tests {
             Some("a"),
             "its own event keeps it"
         );
-        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin");
+        let reading = contents.writing(Kind::ConfigMap, "ns", "dropin", true);
         contents.heard(Kind::ConfigMap, &event("7"));
         contents.wrote(reading, &config_map("6", "b"));
         assert_eq!(

@@ -215,14 +215,17 @@ impl Observer for Context {
         };
         let Some(seen) = &seen else {
             // Neither the Clair's watch of its services (listed) nor the controller's
-            // cache of every one in scope (listed) has it: not made yet. (One made in the
-            // last moments is read by the applier before it is written, and its watch
-            // event reconciles the Clair again.)
+            // cache of every one in scope (listed, labelled or not) has it: not made yet.
+            // That stands for the applier's read before its first apply as a read would
+            // (`absent`): a cache of every object of the kind is a moment old, as a read
+            // is by the time the apply follows it. (One made in that moment is someone
+            // else's the apply would take over; its watch event reconciles the Clair again.)
             if self.owned.listed("Clair", &kind, namespace)
                 && self
                     .stores
                     .lacks(std::any::TypeId::of::<K>(), namespace, name)
             {
+                self.absent.read(&kind, namespace, name);
                 return Ok(None);
             }
             return self.owned(namespace, name).await;
