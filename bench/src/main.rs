@@ -96,13 +96,20 @@ fn main() -> anyhow::Result<()> {
             // The operator's memory alone: no baseline, no roll, no JSON (a quick check of
             // a memory change at large N; the full run is the result).
             let measured = operator_run(&runtime, n, &operator, Stop::AtRest)?;
+            let per_clair = |count: u64| count as f64 / n as f64;
+            let idle_work = measured.idle.total() - lease_requests(&measured.idle);
             println!(
-                "N = {n}: all Available in {:.1} s; RSS before {:.1} MiB, at rest {:.1} MiB, peak {:.1} MiB",
+                "N = {n}: all Available in {:.1} s; RSS before {:.1} MiB, at rest {:.1} MiB, peak {:.1} MiB; \
+                 {:.1} requests a Clair until Available ({:.1} status writes); idle 60 s: {idle_work} requests besides the Lease",
                 measured.converged.as_secs_f64(),
                 measured.before.rss as f64 / MIB,
                 measured.at_rest.rss as f64 / MIB,
                 measured.at_rest.peak_rss as f64 / MIB,
+                per_clair(measured.requests.total()),
+                per_clair(measured.requests.status_writes),
             );
+            eprintln!("  by target: {:?}", measured.requests.by_target);
+            eprintln!("  idle: {:?}", measured.idle.by_target);
             continue;
         }
         eprintln!("N = {n}: the baseline");
@@ -122,6 +129,16 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The Lease's reads and renewals among `requests` (the leader's, idle or not).
+fn lease_requests(requests: &measure::Requests) -> u64 {
+    requests
+        .by_target
+        .iter()
+        .filter(|(target, _)| target.ends_with(" leases"))
+        .map(|(_, count)| count)
+        .sum()
 }
 
 /// kwok nodes for `n` Clairs: 2,000 pods each, three pods a Clair, room to roll.

@@ -22,9 +22,10 @@
 //! Deployment only where the watch cannot answer (not listed yet, or just written and its
 //! event not here yet).
 //!
-//! Memory: one entry per owned object (about 300 bytes, and its name again in the index by
-//! controller), kept per controller, watched kind and scope, so one watch's relist replaces
-//! its own entries only.
+//! Memory: one entry per owned object, its strings packed ([`Packed`]: no allocation of its
+//! own) and its `namespace/name` one string shared with the index by controller, about 250
+//! bytes; kept per controller, watched kind and scope, so one watch's relist replaces its
+//! own entries only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
