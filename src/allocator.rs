@@ -1,7 +1,7 @@
 //! glibc's allocator held to what the operator uses (its image is glibc-based: distroless
 //! `cc`). A heap profile at 100 Clairs found 23 MiB live at the heap's peak; the same run
 //! without the profiler peaked at 50 MiB resident (22 of them before the first Clair):
-//! glibc keeps freed memory in per-thread arenas. Two arenas serve the runtime's threads,
+//! glibc keeps freed memory in per-thread arenas. One arena serves the runtime's threads,
 //! blocks of 128 KiB and more (response bodies, large lists) are mapped and unmapped on
 //! their own, and freed pages go back to the kernel every ten seconds (docs/performance.md
 //! has what these and the Event change did).
@@ -13,12 +13,17 @@ use std::time::Duration;
 /// after which large buffers come from the arenas and leave holes there.
 const MMAP_THRESHOLD: libc::c_int = 128 * 1024;
 
-/// At most two malloc arenas, and a fixed mapping threshold. Call before any thread starts.
+/// One malloc arena, and a fixed mapping threshold. Call before any thread starts.
+///
+/// One arena, not two: at 300 Clairs, at rest, `/proc/PID/smaps` showed 41 MiB resident:
+/// 18 of code, a main heap of 14 and 3 more in the mapping a second arena takes; each
+/// thread's cache (glibc's tcache) still serves most small allocations without the arena's
+/// lock (docs/performance.md has what it changed).
 pub fn configure() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters; called before other threads exist.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
 }

@@ -236,15 +236,6 @@ impl Objects {
     }
 }
 
-/// `versions::at_least` for packed versions: integers compare, anything else is only equal
-/// to itself.
-fn at_least(version: &Packed, than: &Packed) -> bool {
-    match (version, than) {
-        (Packed::Integer(version), Packed::Integer(than)) => version >= than,
-        _ => version == than,
-    }
-}
-
 /// Every controller's owned objects, by watch.
 #[derive(Default)]
 pub struct OwnedObjects {
@@ -427,7 +418,7 @@ impl OwnedObjects {
             match seen {
                 // The watch already brought this version or a later one (a status update
                 // of the same spec, say): kept, with what was verified.
-                Some(seen) if at_least(&seen.resource_version, &entry.resource_version) => {
+                Some(seen) if seen.resource_version.at_least(&entry.resource_version) => {
                     seen.verified = Some(verified);
                 }
                 // A write's own state is not here until its event is.

@@ -32,6 +32,15 @@ impl Packed {
     pub fn is(&self, text: &str) -> bool {
         *self == Packed::of(text)
     }
+
+    /// `versions::at_least` for packed resourceVersions: integers compare, anything else
+    /// (an integer past 64 bits included) is only equal to itself.
+    pub fn at_least(&self, than: &Packed) -> bool {
+        match (self, than) {
+            (Packed::Integer(version), Packed::Integer(than)) => version >= than,
+            _ => self == than,
+        }
+    }
 }
 
 impl fmt::Display for Packed {
@@ -110,6 +119,10 @@ mod tests {
             assert!(packed.is(text));
         }
         assert!(!Packed::of("10").is("010"));
+        assert!(Packed::of("10").at_least(&Packed::of("9")));
+        assert!(!Packed::of("9").at_least(&Packed::of("10")));
+        assert!(Packed::of("a").at_least(&Packed::of("a")));
+        assert!(!Packed::of("b").at_least(&Packed::of("a")));
         assert!(!Packed::of("0123456789abcdef").is("0123456789abcdee"));
     }
 

@@ -9,6 +9,8 @@
 
 use kube::Resource;
 
+use super::packed::Packed;
+
 /// Whether `version` is `than` or later, for two versions of objects of one resource
 /// (KEP-5504's comparison: positive decimal integers without leading zeros; anything else
 /// is only equal to itself).
@@ -29,7 +31,8 @@ pub fn at_least(version: &str, than: &str) -> bool {
 /// (resources deleted leave theirs behind).
 #[derive(Default)]
 pub struct Versions {
-    by_uid: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Packed: a UUID and an integer, no allocation of their own.
+    by_uid: std::sync::Mutex<std::collections::HashMap<Packed, Packed>>,
 }
 
 impl Versions {
@@ -41,9 +44,12 @@ impl Versions {
         let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
             return false;
         };
-        self.by_uid
-            .lock()
-            .is_ok_and(|known| known.get(uid).is_some_and(|last| at_least(version, last)))
+        let version = Packed::of(version);
+        self.by_uid.lock().is_ok_and(|known| {
+            known
+                .get(&Packed::of(uid))
+                .is_some_and(|last| version.at_least(last))
+        })
     }
 
     /// Records `object`'s version, as just written or read.
@@ -52,11 +58,12 @@ impl Versions {
         let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
             return;
         };
+        let (uid, version) = (Packed::of(uid), Packed::of(version));
         if let Ok(mut known) = self.by_uid.lock() {
-            if known.len() >= Self::MAX && !known.contains_key(uid) {
+            if known.len() >= Self::MAX && !known.contains_key(&uid) {
                 known.clear();
             }
-            known.insert(uid.clone(), version.clone());
+            known.insert(uid, version);
         }
     }
 }
