@@ -66,8 +66,8 @@ struct State {
     /// Reads under way, by key: `true` once an event of the key passed meanwhile.
     reading: HashMap<Key, (u32, bool)>,
     /// The keys a reconcile has read, or the operator writes to be read: only the operator's
-    /// writes of these are kept (a config snapshot, written once and never read back, is not). Emptied past [`MAX_WANTED`]
-    /// (forgetting costs a read, never a stale answer).
+    /// writes of these are kept (a config snapshot, written once and never read back, is
+    /// not). Emptied past [`MAX_WANTED`] (forgetting costs a read, never a stale answer).
     wanted: HashSet<Key>,
 }
 

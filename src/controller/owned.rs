@@ -285,7 +285,7 @@ impl OwnedObjects {
                 .any(|o| o.controller == Some(true) && o.kind == owner_kind);
             managed && controlled
         };
-        let name_of = |meta: &kube::api::ObjectMeta| {
+        let name_in = |meta: &kube::api::ObjectMeta| {
             name_of(
                 meta.namespace.as_deref().unwrap_or_default(),
                 meta.name.as_deref().unwrap_or_default(),
@@ -298,7 +298,7 @@ impl OwnedObjects {
         match event {
             Event::Apply(object) | Event::InitApply(object) => {
                 let meta = object.meta();
-                let name = name_of(meta);
+                let name = name_in(meta);
                 let mut entry = Entry::of(meta);
                 entry.deployment = object.deployment_state().map(Box::new);
                 // What was verified of this same object holds until it changes.
@@ -318,7 +318,7 @@ impl OwnedObjects {
                 objects.insert(&name, entry);
             }
             Event::Delete(object) => {
-                map.objects.remove(&name_of(object.meta()));
+                map.objects.remove(&name_in(object.meta()));
             }
             Event::Init => map.listing = Some(Objects::default()),
             Event::InitDone => {

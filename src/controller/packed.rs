@@ -72,9 +72,9 @@ fn uuid(text: &str) -> Option<[u8; 16]> {
 }
 
 fn integer(text: &str) -> Option<u64> {
-    let canonical =
-        !text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit());
-    canonical.then(|| text.parse().ok()).flatten()
+    super::versions::is_integer(text)
+        .then(|| text.parse().ok())
+        .flatten()
 }
 
 /// `N` bytes from exactly `2N` lower-case hex digits.

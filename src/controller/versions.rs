@@ -11,13 +11,16 @@ use kube::Resource;
 
 use super::packed::Packed;
 
+/// Whether `version` is a KEP-5504 integer: positive, decimal, without leading zeros.
+pub fn is_integer(version: &str) -> bool {
+    !version.is_empty() && !version.starts_with('0') && version.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Whether `version` is `than` or later, for two versions of objects of one resource
 /// (KEP-5504's comparison: positive decimal integers without leading zeros; anything else
 /// is only equal to itself).
 pub fn at_least(version: &str, than: &str) -> bool {
-    let integer =
-        |v: &str| !v.is_empty() && !v.starts_with('0') && v.bytes().all(|b| b.is_ascii_digit());
-    if integer(version) && integer(than) {
+    if is_integer(version) && is_integer(than) {
         (version.len(), version) >= (than.len(), than)
     } else {
         version == than
