@@ -358,8 +358,10 @@ pub async fn run(
     // Settled, the loop waits on the watches; during a rotation it keeps the recheck's pace
     // whatever they say (a published CA must reach the apiserver before it is served). A
     // mounted certificate's files are read at that pace in any case (no request), the
-    // configurations verified only when they changed or hourly.
-    let mut settled = false;
+    // configurations verified only when they changed or hourly. The configurations were
+    // just written, so unless a rotation is under way the loop starts settled: its watches
+    // open now, at start, rather than at the first check a minute into an idle operator.
+    let mut settled = matches!(rotation.next(rotation.serving()), Action::Verify { .. });
     let mut verified = tokio::time::Instant::now();
     loop {
         let pause = if settled && settings.mounted.is_none() {
