@@ -56,13 +56,14 @@ pub struct Options {
     /// OpenShift: pods leave their user to the platform.
     pub users: PodUsers,
     /// The cluster serves OpenShift Routes, Gateway API HTTPRoutes, ServiceMonitors, KEDA's
-    /// ScaledObjects.
+    /// ScaledObjects, CloudNativePG's Clusters.
     pub routes: bool,
     pub http_routes: bool,
     /// Its HTTPRoute CRD keeps a rule's `timeouts` (Gateway API v1.2 and later).
     pub http_route_timeouts: bool,
     pub service_monitors: bool,
     pub scaled_objects: bool,
+    pub postgres_clusters: bool,
     /// `--allowed-images`, as the operator would run with.
     pub images: ImagePolicy,
 }
@@ -166,6 +167,11 @@ impl Observer for Offline<'_> {
         })
     }
 
+    /// Taken as serving, as [`Self::engine`].
+    async fn postgres_cluster(&self, namespace: &str, name: &str) -> Result<Engine, ObserveError> {
+        self.engine(namespace, name).await
+    }
+
     /// Taken as answering, its `max_connections` unknown: the string is never dialled.
     fn database_check(
         &self,
@@ -199,6 +205,7 @@ impl Observer for Offline<'_> {
                 options.users == PodUsers::AssignedByPlatform
             }
             OptionalApi::ScaledObject => options.scaled_objects,
+            OptionalApi::PostgresCluster => options.postgres_clusters,
         }
     }
 
@@ -464,6 +471,8 @@ pub enum Served {
     Scc,
     /// KEDA's ScaledObject.
     Scaledobject,
+    /// CloudNativePG's Cluster (and Database).
+    Cloudnativepg,
 }
 
 impl Options {
@@ -482,6 +491,7 @@ impl Options {
             http_route_timeouts: served.contains(&Served::HttprouteTimeouts),
             service_monitors: served.contains(&Served::Servicemonitor),
             scaled_objects: served.contains(&Served::Scaledobject),
+            postgres_clusters: served.contains(&Served::Cloudnativepg),
             images,
         }
     }
@@ -611,6 +621,8 @@ fn clair_objects(
         ingresses,
         routes,
         http_routes,
+        postgres_clusters,
+        postgres_databases,
     } = plan.objects;
     let mut out = Vec::new();
     let written = (|| {
@@ -619,6 +631,8 @@ fn clair_objects(
         values(&services, &mut out)?;
         values(&stateful_sets, &mut out)?;
         values(&network_policies, &mut out)?;
+        values(&postgres_clusters, &mut out)?;
+        values(&postgres_databases, &mut out)?;
         values(&jobs, &mut out)?;
         values(&indexers, &mut out)?;
         values(&matchers, &mut out)?;
@@ -836,6 +850,41 @@ spec:
             yaml.contains("rendered-offline-"),
             "placeholders are marked"
         );
+    }
+
+    #[test]
+    fn a_database_on_cloudnative_pg_renders_clusters_where_it_is_served() {
+        let text = r#"
+apiVersion: clair.projectquay.io/v1alpha1
+kind: Clair
+metadata: {name: c, namespace: team}
+spec:
+  database: {managed: {engine: CloudNativePG, perService: true}}
+  notifier: {enabled: false}
+"#;
+        let served = Options::serving(&[Served::Cloudnativepg], "team".into(), Default::default());
+        let with: Vec<String> = render(documents(text).expect("parses"), &served)
+            .unwrap()
+            .objects
+            .iter()
+            .filter_map(|o| o["kind"].as_str().map(String::from))
+            .collect();
+        assert_eq!(
+            with.iter().filter(|k| *k == "Cluster").count(),
+            3,
+            "{with:?}"
+        );
+        assert_eq!(
+            with.iter().filter(|k| *k == "Database").count(),
+            3,
+            "{with:?}"
+        );
+        assert!(!with.iter().any(|k| k == "StatefulSet"), "{with:?}");
+        // Not served: the Clair waits, and says what to install.
+        let refused = render(documents(text).expect("parses"), &options())
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("install CloudNativePG"), "{refused}");
     }
 
     #[test]

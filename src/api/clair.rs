@@ -227,7 +227,8 @@ pub struct DatabaseSpec {
     pub external: Option<ExternalDatabase>,
 }
 
-/// A PostgreSQL the operator runs as a StatefulSet.
+/// A PostgreSQL the operator runs: its own StatefulSet per engine, or a CloudNativePG
+/// `Cluster` per engine where CloudNativePG is installed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
@@ -236,8 +237,38 @@ pub struct DatabaseSpec {
     "database.managed.perService cannot change on a running Clair: the data lives in the engines \
      it has (and deleteClaims would delete it); create a new Clair and move the data"
 ).field_path(".perService"))]
+#[x_kube(validation = Rule::new(
+    "(has(self.engine) ? self.engine : 'BuiltIn') == (has(oldSelf.engine) ? oldSelf.engine : 'BuiltIn')"
+).message(
+    "database.managed.engine cannot change on a running Clair: the data lives in the engines it \
+     has; create a new Clair on the other engine and move the data (docs/database.md)"
+).field_path(".engine"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.instances) || (has(self.engine) && self.engine == 'CloudNativePG')"
+).message(
+    "database.managed.instances needs engine CloudNativePG: the built-in engine runs one pod"
+).field_path(".instances"))]
+#[x_kube(validation = Rule::new(
+    "!(has(self.networkPolicy) && self.networkPolicy) || !has(self.engine) || self.engine == 'BuiltIn'"
+).message(
+    "database.managed.networkPolicy is for the built-in engine: CloudNativePG's pods must reach \
+     each other and its operator, so write that policy with CloudNativePG's labels"
+).field_path(".networkPolicy"))]
 pub struct ManagedDatabase {
-    /// The PostgreSQL image. Default `docker.io/library/postgres:17`.
+    /// What runs the engines: `BuiltIn` (a StatefulSet of one PostgreSQL pod per engine,
+    /// written by this operator) or `CloudNativePG` (a CloudNativePG `Cluster` per engine,
+    /// with replicas and failover; the cluster must serve `postgresql.cnpg.io/v1`). Fixed
+    /// once the `Clair` exists. Default `BuiltIn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<DatabaseEngine>,
+    /// PostgreSQL instances of each CloudNativePG cluster: one primary and the rest hot
+    /// standbys it fails over to. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 9))]
+    pub instances: Option<i32>,
+    /// The PostgreSQL image. Default `docker.io/library/postgres:17` for the built-in engine,
+    /// `ghcr.io/cloudnative-pg/postgresql:17` (an operand image: PostgreSQL and what
+    /// CloudNativePG's instance manager needs) for CloudNativePG.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
@@ -265,6 +296,24 @@ pub struct ManagedDatabase {
     /// Default false.
     #[serde(default)]
     pub network_policy: bool,
+}
+
+/// What runs a managed database's engines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DatabaseEngine {
+    /// A StatefulSet of one PostgreSQL pod per engine, written by this operator.
+    #[default]
+    BuiltIn,
+    /// A CloudNativePG `Cluster` per engine (`postgresql.cnpg.io/v1`).
+    #[serde(rename = "CloudNativePG")]
+    CloudNativePg,
+}
+
+impl ManagedDatabase {
+    /// The engine kind, `BuiltIn` when unset.
+    pub fn engine(&self) -> DatabaseEngine {
+        self.engine.unwrap_or_default()
+    }
 }
 
 /// The data volume of a managed engine.

@@ -21,6 +21,7 @@ use tracing::debug;
 use super::error::ApplyError;
 use crate::api::labels::{self, FIELD_MANAGER};
 use crate::render::autoscaling::scaled_object_resource;
+use crate::render::cloudnative_pg;
 use crate::render::owned::{ClairObjects, Owned, ServiceObjects, Write};
 use crate::render::routing::{http_route_resource, route_resource};
 use crate::render::service::service_monitor_resource;
@@ -310,6 +311,8 @@ pub async fn apply_clair(applier: &Applier<'_>, objects: ClairObjects) -> Result
         services,
         stateful_sets,
         network_policies,
+        postgres_clusters,
+        postgres_databases,
         jobs,
         indexers,
         matchers,
@@ -324,6 +327,12 @@ pub async fn apply_clair(applier: &Applier<'_>, objects: ClairObjects) -> Result
     applier.typed(services).await?;
     applier.typed(stateful_sets).await?;
     applier.typed(network_policies).await?;
+    applier
+        .dynamic(postgres_clusters, &cloudnative_pg::cluster_resource())
+        .await?;
+    applier
+        .dynamic(postgres_databases, &cloudnative_pg::database_resource())
+        .await?;
     applier.typed(jobs).await?;
     applier.typed(indexers).await?;
     applier.typed(matchers).await?;

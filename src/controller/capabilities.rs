@@ -1,5 +1,5 @@
 //! What the cluster serves beyond core Kubernetes (ServiceMonitors, OpenShift Routes, Gateway
-//! API HTTPRoutes, KEDA's ScaledObjects), checked through discovery, and the optional fields
+//! API HTTPRoutes, KEDA's ScaledObjects, CloudNativePG's Clusters), checked through discovery, and the optional fields
 //! of those APIs the installed CRD keeps (an HTTPRoute rule's `timeouts`), read from its
 //! schema; shared by every controller. The answers are forgotten when a
 //! CustomResourceDefinition changes, so an API installed after the operator started is
@@ -46,6 +46,8 @@ pub enum OptionalApi {
     SecurityContextConstraints,
     /// `keda.sh/v1alpha1` ScaledObject (KEDA): autoscaling on Clair's own metrics.
     ScaledObject,
+    /// `postgresql.cnpg.io/v1` Cluster (CloudNativePG): a managed database's engines.
+    PostgresCluster,
     /// An HTTPRoute rule's `timeouts.request`: in Gateway API's standard CRDs from v1.2 on.
     /// Where the installed CRD lacks it the apiserver prunes it, and an object that carries
     /// it would differ from its own apply at every reconcile: so it is read from the CRD's
@@ -63,6 +65,7 @@ impl OptionalApi {
             }
             OptionalApi::SecurityContextConstraints => "security.openshift.io/v1",
             OptionalApi::ScaledObject => "keda.sh/v1alpha1",
+            OptionalApi::PostgresCluster => "postgresql.cnpg.io/v1",
         }
     }
 
@@ -73,6 +76,7 @@ impl OptionalApi {
             OptionalApi::HttpRoute | OptionalApi::HttpRouteTimeouts => "httproutes",
             OptionalApi::SecurityContextConstraints => "securitycontextconstraints",
             OptionalApi::ScaledObject => "scaledobjects",
+            OptionalApi::PostgresCluster => "clusters",
         }
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Resource;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 use tracing::debug;
@@ -66,12 +66,14 @@ pub enum Credential {
 const CACHE_CATCH_UP: std::time::Duration = std::time::Duration::from_millis(250);
 const CACHE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// A managed database engine (a StatefulSet of one replica) as the cluster shows it.
+/// A managed database engine (a StatefulSet of one replica, or a CloudNativePG Cluster) as
+/// the cluster shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Engine {
-    /// Its pod is ready.
+    /// Its pod (a Cluster's primary) is ready.
     pub ready: bool,
-    /// Its pod's UID, when the pod exists (a new one means the engine was replaced).
+    /// Its pod's UID (a Cluster's primary's), when the pod exists: a new one means the
+    /// engine was replaced, or failed over.
     pub pod_uid: Option<String>,
 }
 
@@ -117,6 +119,13 @@ pub trait Observer: ObjectSource {
 
     /// The managed engine of StatefulSet `name`.
     fn engine(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Engine, ObserveError>> + Send;
+
+    /// The managed engine of CloudNativePG Cluster `name`.
+    fn postgres_cluster(
         &self,
         namespace: &str,
         name: &str,
@@ -286,6 +295,33 @@ impl Observer for Context {
             .unwrap_or(0);
         Ok(Engine {
             ready: ready >= 1,
+            pod_uid,
+        })
+    }
+
+    async fn postgres_cluster(&self, namespace: &str, name: &str) -> Result<Engine, ObserveError> {
+        let resource = crate::render::cloudnative_pg::cluster_resource();
+        let cluster =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource)
+                .get_opt(name)
+                .await
+                .map_err(ObserveError::reading(format!("Cluster {name}")))?;
+        let Some(primary) = cluster
+            .as_ref()
+            .and_then(|c| crate::render::cloudnative_pg::serving_primary(&c.data))
+        else {
+            return Ok(Engine {
+                ready: false,
+                pod_uid: None,
+            });
+        };
+        let pod_uid = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_metadata_opt(&primary)
+            .await
+            .map_err(ObserveError::reading(format!("Pod {primary}")))?
+            .and_then(|p| p.metadata.uid);
+        Ok(Engine {
+            ready: pod_uid.is_some(),
             pod_uid,
         })
     }

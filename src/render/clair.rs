@@ -54,6 +54,17 @@ pub struct ConnStrings {
     pub notifier: Option<String>,
 }
 
+impl ConnStrings {
+    /// The string of `role`; `None` for a disabled notifier.
+    pub fn of(&self, role: ServiceKind) -> Option<&str> {
+        match role {
+            ServiceKind::Indexer => Some(&self.indexer),
+            ServiceKind::Matcher => Some(&self.matcher),
+            ServiceKind::Notifier => self.notifier.as_deref(),
+        }
+    }
+}
+
 impl ClairInput<'_> {
     pub fn notifier_enabled(&self) -> bool {
         self.spec

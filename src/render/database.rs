@@ -26,9 +26,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 
 use super::clair::{ClairInput, ConnStrings};
+use super::cloudnative_pg;
 use super::pod::{POSTGRES_UID, restricted_container, restricted_pod, with_default_requests};
 use crate::api::ServiceKind;
-use crate::api::clair::ManagedDatabase;
+use crate::api::clair::{DatabaseEngine, ManagedDatabase};
 use crate::api::labels;
 use crate::database::connstring;
 
@@ -88,10 +89,13 @@ pub fn engine_of(engines: &[Engine], role: ServiceKind) -> Option<&Engine> {
 
 /// The PostgreSQL image of a managed engine: `managed.image`, else the default.
 pub fn engine_image(managed: &ManagedDatabase) -> String {
-    managed
-        .image
-        .clone()
-        .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+    managed.image.clone().unwrap_or_else(|| {
+        match managed.engine() {
+            DatabaseEngine::BuiltIn => DEFAULT_IMAGE,
+            DatabaseEngine::CloudNativePg => cloudnative_pg::DEFAULT_IMAGE,
+        }
+        .to_string()
+    })
 }
 
 pub fn passwords_secret_name(input: &ClairInput) -> String {
@@ -156,15 +160,22 @@ pub fn bootstrap(input: &ClairInput) -> ConfigMap {
     }
 }
 
-/// Each service's connection string to its managed database.
+/// Each service's connection string to its managed database: the engine's Service (on
+/// CloudNativePG, the read-write one that follows the primary).
 pub fn conn_strings(
     input: &ClairInput,
+    managed: &ManagedDatabase,
     engines: &[Engine],
     passwords: &BTreeMap<String, String>,
 ) -> ConnStrings {
+    let on_cloudnative_pg = managed.engine() == DatabaseEngine::CloudNativePg;
     let string = |role: ServiceKind| {
         let host = engine_of(engines, role).map_or(String::new(), |e| {
-            format!("{}.{}.svc", e.name, input.namespace)
+            let service = match on_cloudnative_pg {
+                true => cloudnative_pg::read_write_service(e),
+                false => e.name.clone(),
+            };
+            format!("{service}.{}.svc", input.namespace)
         });
         let password = passwords
             .get(&password_key(role))
@@ -177,8 +188,16 @@ pub fn conn_strings(
             ("dbname", role.as_str()),
             ("user", role.as_str()),
             ("password", &password),
-            // In-cluster traffic to an engine without a certificate.
-            ("sslmode", "disable"),
+            // The built-in engine has no certificate. CloudNativePG serves TLS with a CA
+            // of its own, which Clair is not given: encrypted, not verified (in-cluster).
+            (
+                "sslmode",
+                if on_cloudnative_pg {
+                    "require"
+                } else {
+                    "disable"
+                },
+            ),
         ])
     };
     ConnStrings {
@@ -511,7 +530,7 @@ mod tests {
             ("matcher-password".to_string(), "mpw".to_string()),
             ("notifier-password".to_string(), "npw".to_string()),
         ]);
-        let strings = conn_strings(&input, &engines, &passwords);
+        let strings = conn_strings(&input, &ManagedDatabase::default(), &engines, &passwords);
         let indexer = connstring::parse(&strings.indexer).unwrap();
         assert_eq!(indexer.get("host"), Some("clair-database.scan.svc"));
         assert_eq!(indexer.get("password"), Some("i'pw"));

@@ -4,6 +4,7 @@
 pub mod autoscaling;
 pub mod clair;
 pub mod clairctl;
+pub mod cloudnative_pg;
 pub mod database;
 pub mod owned;
 pub mod pod;

@@ -121,6 +121,11 @@ pub struct ClairObjects {
     pub stateful_sets: Owned<StatefulSet>,
     /// Who may reach the managed engines, when the spec asks for it.
     pub network_policies: Owned<NetworkPolicy>,
+    /// The managed engines on CloudNativePG: its Clusters (untouched on the built-in
+    /// engine, or where the cluster does not serve them) ...
+    pub postgres_clusters: Owned<DynamicObject>,
+    /// ... and the services' databases in them.
+    pub postgres_databases: Owned<DynamicObject>,
     /// Upgrade steps (`clairctl admin pre|post`).
     pub jobs: Owned<Job>,
     pub indexers: Owned<Indexer>,
@@ -190,6 +195,8 @@ impl ClairObjects {
             services: Owned::at_least(),
             stateful_sets: Owned::at_least(),
             network_policies: Owned::at_least(),
+            postgres_clusters: Owned::at_least(),
+            postgres_databases: Owned::at_least(),
             jobs: Owned::at_least(),
             indexers: Owned::at_least(),
             matchers: Owned::at_least(),
@@ -211,6 +218,8 @@ impl ClairObjects {
             services,
             stateful_sets,
             network_policies,
+            postgres_clusters,
+            postgres_databases,
             jobs,
             indexers,
             matchers,
@@ -234,6 +243,14 @@ impl ClairObjects {
             OwnedKind::typed(&ingresses),
             OwnedKind::dynamic(&routes, &super::routing::route_resource()),
             OwnedKind::dynamic(&http_routes, &super::routing::http_route_resource()),
+            OwnedKind::dynamic(
+                &postgres_clusters,
+                &super::cloudnative_pg::cluster_resource(),
+            ),
+            OwnedKind::dynamic(
+                &postgres_databases,
+                &super::cloudnative_pg::database_resource(),
+            ),
         ]
     }
 }

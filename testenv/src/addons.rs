@@ -3,7 +3,8 @@
 //! Prometheus (Debian's package) scraping every pod's `introspection` and `metrics` ports
 //! (found through the harness's HTTP discovery: Debian builds it without Kubernetes'),
 //! and KEDA (operator, metrics apiserver registered as `external.metrics.k8s.io`, admission
-//! webhook for ScaledObjects), and Jaeger's all-in-one as the trace collector (OTLP over HTTP
+//! webhook for ScaledObjects), CloudNativePG's operator (its admission webhooks for Clusters
+//! and Databases; its instance pods run images `tools/images/build.sh` makes), and Jaeger's all-in-one as the trace collector (OTLP over HTTP
 //! and gRPC in, the query API out, spans kept in memory). metrics-server, KEDA and Jaeger are
 //! built by their `tools/` scripts from the Go module proxy and cached. They listen on the
 //! node's address (the apiserver reaches the aggregated servers at their Endpoints there);
@@ -16,7 +17,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use crate::binaries::{jaeger_binary, keda_dir, metrics_server_binary};
+use crate::binaries::{cloudnative_pg_dir, jaeger_binary, keda_dir, metrics_server_binary};
 use crate::controlplane::free_ports;
 use crate::host::NODE_IP;
 use crate::process::{Background, Process, wait_while_running};
@@ -29,6 +30,8 @@ pub(crate) struct AddonBinaries {
     keda: PathBuf,
     prometheus: PathBuf,
     jaeger: PathBuf,
+    /// CloudNativePG's `manager` and its CRDs (`crds/`).
+    cloudnative_pg: PathBuf,
 }
 
 impl AddonBinaries {
@@ -46,6 +49,7 @@ impl AddonBinaries {
             keda: keda_dir()?,
             prometheus,
             jaeger: jaeger_binary()?,
+            cloudnative_pg: cloudnative_pg_dir()?,
         })
     }
 }
@@ -114,6 +118,8 @@ impl Addons {
             otlp_grpc,
             query_http,
             query_grpc,
+            cnpg_webhook,
+            cnpg_metrics,
         ] = free_ports()?;
         let dir = inputs.dir;
         let logs = dir.join("logs");
@@ -239,10 +245,21 @@ impl Addons {
         ]);
         processes.push(Process::spawn_command("keda-webhooks", webhooks, &logs)?);
 
+        processes.push(start_cloudnative_pg(
+            binaries,
+            &admin,
+            &dir.join("cloudnative-pg"),
+            &dir.join("addons"),
+            cnpg_webhook,
+            cnpg_metrics,
+            &logs,
+        )?);
+
         let router = Router::start(inputs.admin_kubeconfig, &dir.join("router"), &logs)?;
 
         let ca = BASE64.encode(inputs.ca_cert.as_bytes());
-        let objects = registrations(&ca, metrics_port, adapter_port, webhook_port);
+        let objects = registrations(&ca, metrics_port, adapter_port, webhook_port)
+            + &cloudnative_pg_webhooks(&ca, cnpg_webhook);
         Ok((
             Self {
                 processes,
@@ -258,6 +275,11 @@ impl Addons {
     /// The folder of KEDA's CRDs (applied before the registrations).
     pub(crate) fn keda_crds(binaries: &AddonBinaries) -> PathBuf {
         binaries.keda.join("crds")
+    }
+
+    /// The folder of CloudNativePG's CRDs (applied before its operator starts).
+    pub(crate) fn cloudnative_pg_crds(binaries: &AddonBinaries) -> PathBuf {
+        binaries.cloudnative_pg.join("crds")
     }
 
     /// Prometheus's HTTP API, `http://NODE_IP:PORT`.
@@ -310,6 +332,103 @@ impl Drop for Addons {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The operand image `tools/images/build.sh` makes from the machine's PostgreSQL, tagged with
+/// its major version (CloudNativePG reads the major from the tag).
+pub fn cloudnative_pg_operand_image() -> Result<String> {
+    let majors = std::fs::read_dir("/usr/lib/postgresql").map_err(io_error(
+        "list /usr/lib/postgresql (run scripts/install-deps)",
+    ))?;
+    let major = majors
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .ok_or_else(|| {
+            Error::Missing(
+                "no PostgreSQL server in /usr/lib/postgresql: run scripts/install-deps".into(),
+            )
+        })?;
+    Ok(format!("ghcr.io/cloudnative-pg/postgresql:{major}"))
+}
+
+/// The namespace CloudNativePG's operator names as its own (no pod of it runs there).
+pub const CLOUDNATIVE_PG_NAMESPACE: &str = "cnpg-system";
+/// The image of CloudNativePG's manager, which its instance pods copy in at start.
+pub const CLOUDNATIVE_PG_OPERATOR_IMAGE: &str = "ghcr.io/cloudnative-pg/cloudnative-pg:testenv";
+
+/// CloudNativePG's operator as a host process in `home`: its webhooks served with the
+/// add-ons' certificate (`certs`: named as CloudNativePG reads them from `WEBHOOK_CERT_DIR`,
+/// so it makes no PKI of its own), and beside it `operator/manager_amd64`, the instance
+/// manager it compares its pods' with (the same binary as in its image: no in-place update).
+fn start_cloudnative_pg(
+    binaries: &AddonBinaries,
+    admin: &str,
+    home: &Path,
+    certs: &Path,
+    webhook_port: u16,
+    metrics_port: u16,
+    logs: &Path,
+) -> Result<Process> {
+    let manager = binaries.cloudnative_pg.join("manager");
+    let webhook_certs = home.join("webhook");
+    let architectures = home.join("operator");
+    for folder in [&webhook_certs, &architectures] {
+        std::fs::create_dir_all(folder).map_err(io_error("create CloudNativePG's folders"))?;
+    }
+    let copy = |from: &Path, to: PathBuf| {
+        std::fs::copy(from, &to)
+            .map(|_| ())
+            .map_err(io_error(format!("copy {}", from.display())))
+    };
+    copy(&certs.join("tls.crt"), webhook_certs.join("apiserver.crt"))?;
+    copy(&certs.join("tls.key"), webhook_certs.join("apiserver.key"))?;
+    copy(
+        &manager,
+        architectures.join(format!(
+            "manager_{}",
+            std::env::consts::ARCH
+                .replace("x86_64", "amd64")
+                .replace("aarch64", "arm64")
+        )),
+    )?;
+    let mut command = std::process::Command::new(&manager);
+    command
+        .current_dir(home)
+        .env("KUBECONFIG", admin)
+        .env("OPERATOR_NAMESPACE", CLOUDNATIVE_PG_NAMESPACE)
+        .env("OPERATOR_IMAGE_NAME", CLOUDNATIVE_PG_OPERATOR_IMAGE)
+        .env("WEBHOOK_CERT_DIR", &webhook_certs)
+        .args([
+            "controller".to_string(),
+            "--leader-elect=false".into(),
+            format!("--webhook-port={webhook_port}"),
+            format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+        ]);
+    Process::spawn_command("cloudnative-pg", command, logs)
+}
+
+/// CloudNativePG's defaulting and validating webhooks for Clusters and Databases (the kinds
+/// the operator writes), by URL on the node's address, failing closed as its own manifests do.
+fn cloudnative_pg_webhooks(ca: &str, port: u16) -> String {
+    let webhook = |verb: &str, kind: &str, plural: &str| {
+        format!(
+            "- name: {verb}{kind}.cnpg.io\n  admissionReviewVersions: [v1]\n  clientConfig:\n    \
+             url: https://{NODE_IP}:{port}/{verb}-postgresql-cnpg-io-v1-{kind}\n    caBundle: {ca}\n  \
+             failurePolicy: Fail\n  sideEffects: None\n  timeoutSeconds: 10\n  rules:\n  \
+             - apiGroups: [postgresql.cnpg.io]\n    apiVersions: [v1]\n    \
+             operations: [CREATE, UPDATE]\n    resources: [{plural}]\n"
+        )
+    };
+    format!(
+        "---\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n\
+         metadata: {{name: cnpg-mutating-webhook-configuration}}\nwebhooks:\n{}{}\
+         ---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n\
+         metadata: {{name: cnpg-validating-webhook-configuration}}\nwebhooks:\n{}{}",
+        webhook("mutate", "cluster", "clusters"),
+        webhook("mutate", "database", "databases"),
+        webhook("validate", "cluster", "clusters"),
+        webhook("validate", "database", "databases"),
+    )
 }
 
 /// Jaeger v2's all-in-one, reduced to what the tests use: OTLP receivers on the node's

@@ -62,6 +62,13 @@ pub fn keda_dir() -> Result<PathBuf> {
     build("tools/keda/build.sh")
 }
 
+/// The folder holding CloudNativePG's `manager` (the operator and the instance manager its
+/// pods run) and its CRDs (`crds/`), built on first use by `tools/cloudnative-pg/build.sh`
+/// from the Go module proxy and cached.
+pub fn cloudnative_pg_dir() -> Result<PathBuf> {
+    build("tools/cloudnative-pg/build.sh")
+}
+
 /// The Gateway API release the tests install (an HTTPRoute rule has `timeouts`).
 pub const GATEWAY_API: &str = "v1.6.3";
 /// The last Gateway API release whose standard HTTPRoute has no `timeouts`.
@@ -85,6 +92,11 @@ pub(crate) fn build_images(images: &crate::RealNodeImages) -> Result<Vec<PathBuf
     if let Some(binary) = &images.operator {
         args.extend(["--operator".to_string(), binary.display().to_string()]);
     }
+    // CloudNativePG's pods, where the real node's add-ons run its operator.
+    args.extend([
+        "--cloudnative-pg".to_string(),
+        cloudnative_pg_dir()?.display().to_string(),
+    ]);
     let lines = run_script("tools/images/build.sh", &args)?;
     Ok(lines
         .into_iter()

@@ -452,6 +452,21 @@ impl ControlPlane {
             "-f",
             &crds,
         ])?;
+        // CloudNativePG's operator fails at start where its kinds are not served yet.
+        let cnpg_crds = Addons::cloudnative_pg_crds(binaries).display().to_string();
+        self.kubectl_ok(&[
+            "create",
+            "namespace",
+            crate::addons::CLOUDNATIVE_PG_NAMESPACE,
+        ])?;
+        self.kubectl_ok(&["apply", "--server-side", "-f", &cnpg_crds])?;
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            &cnpg_crds,
+        ])?;
         let admin = self.admin_kubeconfig();
         let (addons, registrations) = Addons::start(
             binaries,

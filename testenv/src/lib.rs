@@ -21,7 +21,7 @@ mod process;
 pub mod quay;
 pub mod router;
 
-pub use addons::{Addons, Collector};
+pub use addons::{Addons, Collector, cloudnative_pg_operand_image};
 pub use binaries::Binaries;
 pub use binaries::{
     GATEWAY_API, GATEWAY_API_BEFORE_TIMEOUTS, clair_binaries, gateway_api_crds,

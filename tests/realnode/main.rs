@@ -8,6 +8,7 @@
 use clair_test_support as support;
 
 mod autoscaling;
+mod cloudnative_pg;
 mod fixtures;
 mod forged;
 mod managed;
@@ -61,6 +62,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         autoscaling::a_cpu_autoscaler_scales_the_indexer_on_what_metrics_server_reads,
         autoscaling::keda_scales_the_indexer_on_its_in_flight_requests_and_back_in,
         autoscaling::switching_engines_leaves_exactly_one_autoscaler,
+        cloudnative_pg::a_clair_on_cloudnative_pg_fails_over_and_serves_what_it_indexed,
         forged::forged_reviews_from_a_pod_and_the_host_get_nothing,
         managed::a_managed_database_initialises_and_keeps_its_data_across_a_pod_restart,
         private_ca::a_database_behind_a_private_ca_is_trusted_through_the_ca_bundle,

@@ -11,13 +11,20 @@
 #   quay.io/projectquay/clair-operator:TAG  the operator's release binary, non-root (65532),
 #                                      under the name and tag deploy/base/kustomization.yaml
 #                                      gives it
+#   ghcr.io/cloudnative-pg/cloudnative-pg:testenv  CloudNativePG's manager as /manager (its
+#                                      pods' init container copies it in: the instance manager)
+#   ghcr.io/cloudnative-pg/postgresql:MAJOR  an operand image from Debian's PostgreSQL (every
+#                                      server binary on PATH, the user postgres = 26), tagged
+#                                      with the major version it holds: CloudNativePG reads it
+#                                      from the tag
 # Each image is an OCI layout made with umoci, saved as a docker-archive with skopeo, cached
 # by a hash of its inputs. Prints the path of each archive (NAME.tar) of this build, one a
 # line.
 #
-#   build.sh [--operator BINARY] CLAIR_BIN_DIR=VERSION ...
+#   build.sh [--operator BINARY] [--cloudnative-pg DIR] CLAIR_BIN_DIR=VERSION ...
 #       one Clair image per folder (clair and clairctl inside), tagged VERSION; the
-#       operator's image when its binary is given
+#       operator's image when its binary is given; CloudNativePG's two when the folder
+#       tools/cloudnative-pg/build.sh prints is given
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 die() { echo "images/build.sh: $*" >&2; exit 1; }
@@ -94,12 +101,14 @@ strip "$work/pause/pause"
 built+=("$(image registry.k8s.io/pause:3.10 "$work/pause" --config.entrypoint /pause --config.user 65535:65535)")
 
 operator=""
+cloudnative_pg=""
 clairs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --operator) operator=$2; shift 2 ;;
+    --cloudnative-pg) cloudnative_pg=$2; shift 2 ;;
     *=*) clairs+=("$1"); shift ;;
-    *) die "unknown argument $1 (want --operator BINARY or CLAIR_BIN_DIR=VERSION)" ;;
+    *) die "unknown argument $1 (want --operator BINARY, --cloudnative-pg DIR or CLAIR_BIN_DIR=VERSION)" ;;
   esac
 done
 
@@ -146,6 +155,34 @@ built+=("$(image docker.io/library/postgres:17 "$root" \
   --config.env PGDATA=/var/lib/postgresql/data --config.env LANG=C.UTF-8 \
   --config.user 999:999 --config.stopsignal SIGINT \
   --config.exposedports 5432/tcp --config.volume /var/lib/postgresql/data)")
+
+# CloudNativePG: its manager in an image of its own (the instance pods' init container runs
+# `/manager bootstrap /controller/manager`), and an operand image from Debian's PostgreSQL.
+# The official operand image is Debian's PostgreSQL too (from the PGDG repository, at every
+# major); this one holds the major Debian ships, without the extensions and the backup tools.
+if [ -n "$cloudnative_pg" ]; then
+  [ -x "$cloudnative_pg/manager" ] || die "$cloudnative_pg holds no manager: build it with tools/cloudnative-pg/build.sh"
+  root="$work/cloudnative-pg"
+  base_rootfs "$root" 'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin' 'nonroot:x:65532:'
+  cp "$cloudnative_pg/manager" "$root/manager"
+  built+=("$(image ghcr.io/cloudnative-pg/cloudnative-pg:testenv "$root" \
+    --config.entrypoint /manager --config.user 65532:65532)")
+  root="$work/cloudnative-pg-operand"
+  base_rootfs "$root" 'postgres:x:26:26:PostgreSQL:/var/lib/postgresql:/bin/sh' 'postgres:x:26:'
+  copy_with_libs "$root" /bin/bash "$pg_bin"/* $(ls /usr/lib/postgresql/"$pg_major"/lib/*.so)
+  mkdir -p "$root/usr/share/postgresql" "$root/usr/share" "$root/var/lib/postgresql"
+  cp -a "/usr/share/postgresql/$pg_major" "$root/usr/share/postgresql/"
+  cp -aL /usr/share/zoneinfo "$root/usr/share/"
+  mkdir -p "$root/usr/lib/locale"
+  cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
+  cp "$(command -v busybox)" "$root/bin/busybox"
+  for applet in cat ls mkdir chmod rm; do ln -sf busybox "$root/bin/$applet"; done
+  ln -sf bash "$root/bin/sh"
+  chown -R 26:26 "$root/var/lib/postgresql"
+  built+=("$(image "ghcr.io/cloudnative-pg/postgresql:$pg_major" "$root" \
+    --config.env "PATH=/usr/lib/postgresql/$pg_major/bin:/usr/local/bin:/usr/bin:/bin" \
+    --config.env LANG=C.UTF-8 --config.user 26:26)")
+fi
 
 # A tenant's client, for tests that send requests from a pod: busybox, whose wget speaks TLS
 # through openssl when it finds it (busybox's own TLS sends no signature_algorithms extension,

@@ -4,16 +4,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
 use super::observe::Observed;
+use crate::api::ServiceKind;
+use crate::api::clair::DatabaseEngine;
 use crate::api::clair::RoutingKind;
 use crate::api::service::ClairService;
 use crate::api::{ClairStatus, Indexer, Matcher, Notifier};
 use crate::machine::Decision;
 use crate::machine::clair::{ChildAction, ClairActions, ReportedVersion, UpgradeAction};
 use crate::render::clair::{self as render, ClairInput};
+use crate::render::cloudnative_pg;
 use crate::render::database as db;
 use crate::render::owned::{ClairObjects, Owned};
 use crate::render::quay;
 use crate::render::routing;
+use strum::VariantArray;
 
 /// The objects `actions` allow. The credentials and the managed database are applied
 /// whatever the phase: the services wait on them.
@@ -44,27 +48,30 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         Some(_) => secrets.keep(quay::secret_name(input)),
         None => secrets,
     };
-    // An external database leaves a formerly managed one as it is (its data claims are
-    // the user's to delete). An engine image outside the allow-list is not run.
-    let (config_maps, services, stateful_sets, network_policies) = match managed {
-        Some(managed) if observed.images_allowed => {
-            let engines = db::engines(input, managed);
-            (
-                Owned::exactly().apply(db::bootstrap(input)),
-                Owned::exactly().apply_all(engines.iter().map(|e| db::service(input, e))),
-                Owned::exactly()
-                    .apply_all(engines.iter().map(|e| db::statefulset(input, managed, e))),
-                Owned::exactly()
-                    .apply_some(managed.network_policy.then(|| db::network_policy(input))),
-            )
+    let engine_objects = engine_objects(input, observed);
+    // CloudNativePG reads each role's password from a login Secret of its own, kept while
+    // the engines are not written.
+    if managed.is_some_and(|m| m.engine() == DatabaseEngine::CloudNativePg) {
+        for role in ServiceKind::VARIANTS {
+            secrets = match (
+                &observed.passwords,
+                engine_objects.postgres_clusters.prunes(),
+            ) {
+                (Some(passwords), true) => {
+                    secrets.apply(cloudnative_pg::role_secret(input, *role, passwords))
+                }
+                _ => secrets.keep(cloudnative_pg::role_secret_name(input, *role)),
+            };
         }
-        _ => (
-            Owned::at_least(),
-            Owned::at_least(),
-            Owned::at_least(),
-            Owned::at_least(),
-        ),
-    };
+    }
+    let EngineObjects {
+        config_maps,
+        services,
+        stateful_sets,
+        network_policies,
+        postgres_clusters,
+        postgres_databases,
+    } = engine_objects;
     let jobs = match &actions.upgrade {
         UpgradeAction::Start { step, version } => Owned::at_least()
             .create_once(crate::render::clairctl::upgrade_job(input, *step, version)),
@@ -83,6 +90,8 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         services,
         stateful_sets,
         network_policies,
+        postgres_clusters,
+        postgres_databases,
         jobs,
         indexers: child::<Indexer>(input, observed, actions),
         matchers: child::<Matcher>(input, observed, actions),
@@ -91,6 +100,63 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
         ingresses,
         routes,
         http_routes,
+    }
+}
+
+/// A managed database's engines, of whichever kind runs them.
+struct EngineObjects {
+    config_maps: Owned<k8s_openapi::api::core::v1::ConfigMap>,
+    services: Owned<k8s_openapi::api::core::v1::Service>,
+    stateful_sets: Owned<k8s_openapi::api::apps::v1::StatefulSet>,
+    network_policies: Owned<k8s_openapi::api::networking::v1::NetworkPolicy>,
+    postgres_clusters: Owned<kube::api::DynamicObject>,
+    postgres_databases: Owned<kube::api::DynamicObject>,
+}
+
+/// The engines to write. An external database leaves a formerly managed one as it is (its
+/// data claims are the user's to delete). An engine image outside the allow-list is not
+/// run, nor one on an API the cluster does not serve. The engine kind never changes on a
+/// `Clair`, so the other kind's objects are left alone (nothing to prune, and on the
+/// built-in engine no CloudNativePG API to ask).
+fn engine_objects(input: &ClairInput, observed: &Observed) -> EngineObjects {
+    let untouched = || EngineObjects {
+        config_maps: Owned::at_least(),
+        services: Owned::at_least(),
+        stateful_sets: Owned::at_least(),
+        network_policies: Owned::at_least(),
+        postgres_clusters: Owned::at_least(),
+        postgres_databases: Owned::at_least(),
+    };
+    let Some(managed) = input.spec.database.managed.as_ref() else {
+        return untouched();
+    };
+    if !observed.images_allowed || !observed.database.engines_served {
+        return untouched();
+    }
+    let engines = db::engines(input, managed);
+    match managed.engine() {
+        DatabaseEngine::BuiltIn => EngineObjects {
+            config_maps: Owned::exactly().apply(db::bootstrap(input)),
+            services: Owned::exactly().apply_all(engines.iter().map(|e| db::service(input, e))),
+            stateful_sets: Owned::exactly()
+                .apply_all(engines.iter().map(|e| db::statefulset(input, managed, e))),
+            network_policies: Owned::exactly()
+                .apply_some(managed.network_policy.then(|| db::network_policy(input))),
+            ..untouched()
+        },
+        DatabaseEngine::CloudNativePg => EngineObjects {
+            postgres_clusters: Owned::exactly().apply_all(
+                engines
+                    .iter()
+                    .map(|e| cloudnative_pg::cluster(input, managed, e)),
+            ),
+            postgres_databases: Owned::exactly().apply_all(engines.iter().flat_map(|e| {
+                e.roles
+                    .iter()
+                    .map(|role| cloudnative_pg::database(input, managed, e, *role))
+            })),
+            ..untouched()
+        },
     }
 }
 

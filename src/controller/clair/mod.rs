@@ -27,6 +27,7 @@ use super::capabilities::optional_api_changes;
 use super::error::ObserveError;
 use super::watch::{self, Scope};
 use super::{Context, Error, Owner, Referenced, now};
+use crate::api::clair::DatabaseEngine;
 use crate::api::{Clair, Phase};
 use crate::render::clair::ClairInput;
 use crate::render::owned::ClairObjects;
@@ -53,6 +54,8 @@ pub async fn run(
         services,
         stateful_sets,
         network_policies,
+        postgres_clusters,
+        postgres_databases,
         jobs,
         indexers,
         matchers,
@@ -65,8 +68,16 @@ pub async fn run(
     // Not watched: the managed engines' Services are only ever changed by the operator, and
     // a change to one is put back at the next reconcile (a watch of every Service would cost
     // the memory of the service controllers' own a second time); Routes and HTTPRoutes are
-    // APIs a cluster may not serve (their appearance is heard through `capabilities`).
-    let _unwatched = (services, routes, http_routes);
+    // APIs a cluster may not serve (their appearance is heard through `capabilities`), as
+    // are CloudNativePG's Clusters and Databases: a Clair on CloudNativePG looks at its
+    // Clusters at its own pace instead (`requeue_after`).
+    let _unwatched = (
+        services,
+        routes,
+        http_routes,
+        postgres_clusters,
+        postgres_databases,
+    );
     controller
         .owns_stream(watch::owned_by(
             &context,
@@ -270,7 +281,13 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
     }
 
     // Status.
-    let requeue = requeue_after(decision.phase, context.available_recheck);
+    let engine_watched = !input
+        .spec
+        .database
+        .managed
+        .as_ref()
+        .is_some_and(|m| m.engine() == DatabaseEngine::CloudNativePg);
+    let requeue = requeue_after(decision.phase, context.available_recheck, engine_watched);
     super::conclude(
         &context, &clair, &applier, status, new_status, &decision, requeue,
     )
@@ -279,8 +296,11 @@ async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Act
 
 /// When a Clair in `phase` is looked at again with nothing changed: the pace at which its
 /// database is probed, since no watch says a database went away or came back.
-fn requeue_after(phase: Phase, available_recheck: Duration) -> Duration {
-    match phase {
+/// `engine_watched`: false on CloudNativePG, whose Clusters are not watched: no event says
+/// one failed over (a new primary, which the services must be rolled onto), so such a
+/// Clair is looked at on the probes' pace whatever its phase.
+fn requeue_after(phase: Phase, available_recheck: Duration, engine_watched: bool) -> Duration {
+    let after = match phase {
         Phase::Available => available_recheck,
         // Waiting on its services, its managed database's StatefulSet or its upgrade Jobs:
         // all watched, so each of their changes reconciles the Clair at once. A fixed 20 s
@@ -288,11 +308,16 @@ fn requeue_after(phase: Phase, available_recheck: Duration) -> Duration {
         // Never slower than an Available Clair's recheck, which an operator may set lower.
         Phase::Deploying | Phase::Scaling | Phase::Upgrading => WATCHED_WAIT.min(available_recheck),
         // Waiting on the database to answer, or Degraded: only a probe tells.
-        Phase::Pending | Phase::ConfigValid | Phase::DatabaseReady | Phase::Degraded => {
-            Duration::from_secs(20)
-        }
+        Phase::Pending | Phase::ConfigValid | Phase::DatabaseReady | Phase::Degraded => PROBED_WAIT,
+    };
+    match engine_watched {
+        true => after,
+        false => after.min(PROBED_WAIT),
     }
 }
+
+/// The pace of a Clair that only a probe, or a read, can tell about.
+const PROBED_WAIT: Duration = Duration::from_secs(20);
 
 /// The fallback while a Clair waits on objects it watches (a lost watch event, or a
 /// database lost during a rollout, is seen within it).
@@ -303,13 +328,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_clair_on_cloudnative_pg_looks_at_its_unwatched_clusters_on_the_probes_pace() {
+        let recheck = Duration::from_secs(300);
+        for phase in [Phase::Available, Phase::Deploying, Phase::Pending] {
+            assert_eq!(
+                requeue_after(phase, recheck, false),
+                PROBED_WAIT,
+                "{phase:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_clair_waiting_on_what_it_watches_is_not_polled() {
         let recheck = Duration::from_secs(300);
-        assert_eq!(requeue_after(Phase::Available, recheck), recheck);
+        assert_eq!(requeue_after(Phase::Available, recheck, true), recheck);
         for phase in [Phase::Deploying, Phase::Scaling, Phase::Upgrading] {
-            assert_eq!(requeue_after(phase, recheck), WATCHED_WAIT, "{phase:?}");
+            assert_eq!(
+                requeue_after(phase, recheck, true),
+                WATCHED_WAIT,
+                "{phase:?}"
+            );
             let brisk = Duration::from_secs(10);
-            assert_eq!(requeue_after(phase, brisk), brisk, "{phase:?}");
+            assert_eq!(requeue_after(phase, brisk, true), brisk, "{phase:?}");
         }
         for phase in [
             Phase::Pending,
@@ -317,7 +358,10 @@ mod tests {
             Phase::DatabaseReady,
             Phase::Degraded,
         ] {
-            assert!(requeue_after(phase, recheck) < WATCHED_WAIT, "{phase:?}");
+            assert!(
+                requeue_after(phase, recheck, true) < WATCHED_WAIT,
+                "{phase:?}"
+            );
         }
     }
 }

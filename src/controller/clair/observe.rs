@@ -85,6 +85,13 @@ pub async fn observe(
         Credential::Psk,
     )
     .await?;
+    // A restarted operator has no connection check yet: a database ready before stays so
+    // until its check ends (a Clair must not flap because the operator restarted).
+    let ready_before = clair.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "DatabaseReady" && c.status == "True")
+    });
     let (database, passwords) = match (&input.spec.database.managed, &input.spec.database.external)
     {
         (Some(managed), _) => {
@@ -96,15 +103,10 @@ pub async fn observe(
                 Credential::Password,
             )
             .await?;
-            let state = database::managed(source, input, managed, &passwords).await?;
+            let state = database::managed(source, input, managed, &passwords, ready_before).await?;
             (state, Some(passwords))
         }
         (None, Some(external)) => {
-            let ready_before = clair.status.as_ref().is_some_and(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "DatabaseReady" && c.status == "True")
-            });
             let state = database::external(
                 source,
                 input,
