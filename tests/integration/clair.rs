@@ -680,6 +680,24 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
             .context("the perService switch was accepted")?
     );
     ensure!(refusal.contains("perService cannot change"), "{refusal}");
+    // Nor can the engine that runs it, and instances are CloudNativePG's alone.
+    for (spec, refused_as) in [
+        (
+            json!({"database": {"managed": {"engine": "CloudNativePG"}}}),
+            "engine cannot change",
+        ),
+        (
+            json!({"database": {"managed": {"instances": 3}}}),
+            "instances needs engine CloudNativePG",
+        ),
+    ] {
+        let refusal = patch_spec(&client, &ns, "clair", spec.clone())
+            .await
+            .err()
+            .with_context(|| format!("{spec} was accepted"))?;
+        let refusal = format!("{refusal:#}");
+        ensure!(refusal.contains(refused_as), "{refusal}");
+    }
     // Nor can it go external and come back with another layout.
     let swapped = patch_spec(
         &client,
@@ -1356,5 +1374,51 @@ pub async fn someone_elses_indexer_of_a_clairs_name_is_not_taken_over(
         }
     })
     .await?;
+    Ok(())
+}
+
+/// Where the cluster does not serve CloudNativePG, a Clair asking for it waits, says what
+/// to install, and nothing of its database is written.
+pub async fn a_clair_on_cloudnative_pg_waits_where_it_is_not_served(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = env.namespace("clair-cnpg").await?;
+    create_clair(
+        &client,
+        &ns,
+        "clair",
+        json!({"database": {"managed": {"engine": "CloudNativePG"}}}),
+    )
+    .await?;
+    let clair = wait_clair(
+        &client,
+        &ns,
+        "clair",
+        "DatabaseReady False, saying to install CloudNativePG",
+        |c| {
+            condition(c, "DatabaseReady").is_some_and(|d| {
+                d.status == "False"
+                    && d.reason == "DatabaseMisconfigured"
+                    && d.message.contains("install CloudNativePG")
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        clair.status.as_ref().and_then(|s| s.phase) != Some(Phase::Available),
+        "{:?}",
+        clair.status
+    );
+    let stateful_sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(client.clone(), &ns);
+    ensure!(
+        stateful_sets
+            .list(&Default::default())
+            .await?
+            .items
+            .is_empty(),
+        "a built-in engine was written for a Clair on CloudNativePG"
+    );
     Ok(())
 }

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
 fn registry() -> Vec<(&'static str, TestFn)> {
     tests![
         clair::a_clair_with_an_external_database_owns_its_services_and_routing,
+        clair::a_clair_on_cloudnative_pg_waits_where_it_is_not_served,
         clair::database_failures_are_told_apart_and_nothing_rolls,
         clair::a_managed_database_keeps_its_claims_when_the_clair_is_deleted,
         clair::the_rendered_configs_run_real_clair_services_and_updaters,

@@ -117,6 +117,7 @@ pub fn allowed_images() -> clair_operator::images::ImagePolicy {
     clair_operator::images::ImagePolicy::new([
         "quay.io/projectquay/".to_string(),
         "docker.io/library/postgres".to_string(),
+        "ghcr.io/cloudnative-pg/postgresql".to_string(),
         "registry.k8s.io/pause".to_string(),
     ])
 }

@@ -2,11 +2,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
+use strum::VariantArray;
 
 use super::observe::Observed;
 use crate::api::ServiceKind;
-use crate::api::clair::DatabaseEngine;
-use crate::api::clair::RoutingKind;
+use crate::api::clair::{DatabaseEngine, RoutingKind};
 use crate::api::service::ClairService;
 use crate::api::{ClairStatus, Indexer, Matcher, Notifier};
 use crate::machine::Decision;
@@ -17,7 +17,6 @@ use crate::render::database as db;
 use crate::render::owned::{ClairObjects, Owned};
 use crate::render::quay;
 use crate::render::routing;
-use strum::VariantArray;
 
 /// The objects `actions` allow. The credentials and the managed database are applied
 /// whatever the phase: the services wait on them.
