@@ -4,9 +4,10 @@
 //! (found through the harness's HTTP discovery: Debian builds it without Kubernetes'),
 //! and KEDA (operator, metrics apiserver registered as `external.metrics.k8s.io`, admission
 //! webhook for ScaledObjects), CloudNativePG's operator (its admission webhooks for Clusters
-//! and Databases; its instance pods run images `tools/images/build.sh` makes), and Jaeger's all-in-one as the trace collector (OTLP over HTTP
-//! and gRPC in, the query API out, spans kept in memory). metrics-server, KEDA and Jaeger are
-//! built by their `tools/` scripts from the Go module proxy and cached. They listen on the
+//! and Databases; its instance pods run images `tools/images/build.sh` makes), and Jaeger's
+//! all-in-one as the trace collector (OTLP over HTTP and gRPC in, the query API out, spans
+//! kept in memory). metrics-server, KEDA, CloudNativePG and Jaeger are built by their
+//! `tools/` scripts from the Go module proxy and cached. They listen on the
 //! node's address (the apiserver reaches the aggregated servers at their Endpoints there);
 //! they send nothing off the machine. Beside them, the ingress stand-in (`router`: Debian's
 //! nginx configured from the cluster's Ingresses).

@@ -6,53 +6,32 @@
 //! again. The connection budget is measured against the `max_connections` the primary
 //! reports.
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Phase};
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
 use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request_within};
+use crate::managed::local_volume;
 use crate::scan::{
     START, airgapped_dropin, dump_on_error, index, quay_token, restricted_namespace, service_url,
 };
 use crate::support::clair::{condition, create_clair, patch_spec, phase_is, wait_clair_within};
-use crate::support::{FIELD_MANAGER, TestEnv, eventually};
+use crate::support::{TestEnv, eventually};
 
 /// CloudNativePG's bootstrap: an initdb Job, the primary, a join Job cloning it, the standby.
 const CLUSTER_START: Duration = Duration::from_secs(600);
 const MAX_CONNECTIONS: u32 = 40;
 
 /// Local volumes for the instances' claims (`clair-database-N`), owned by CloudNativePG's
-/// postgres user (26): the cluster has no provisioner. One spare, for an instance
-/// CloudNativePG makes anew.
+/// postgres user (26). One spare, for an instance CloudNativePG makes anew.
 async fn local_volumes(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
-    let volumes: Api<PersistentVolume> = Api::all(env.client().await?);
     for instance in 1..=3 {
         let claim = format!("clair-database-{instance}");
-        let path = env.plane.dir().join(format!("volumes/{ns}-{instance}"));
-        std::fs::create_dir_all(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
-        std::os::unix::fs::chown(&path, Some(26), Some(26))?;
-        volumes
-            .patch(
-                &format!("{ns}-{instance}"),
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(json!({
-                    "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": format!("{ns}-{instance}")},
-                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                             "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                             "claimRef": {"namespace": ns, "name": claim},
-                             "hostPath": {"path": path, "type": "Directory"}},
-                })),
-            )
-            .await?;
+        local_volume(env, ns, &format!("{ns}-{instance}"), &claim, 26).await?;
     }
     Ok(())
 }

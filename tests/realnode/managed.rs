@@ -22,24 +22,30 @@ use crate::scan::{
 use crate::support::clair::{create_clair, phase_is, secret_text, wait_clair_within};
 use crate::support::{FIELD_MANAGER, TestEnv};
 
-/// A local volume for the engine's claim, owned by the image's postgres user (999): the
+/// A local volume `name` for `claim`, owned by `owner` (the image's postgres user): the
 /// cluster has no provisioner.
-async fn local_volume(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
-    let path = env.plane.dir().join(format!("volumes/{ns}"));
+pub async fn local_volume(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    claim: &str,
+    owner: u32,
+) -> anyhow::Result<()> {
+    let path = env.plane.dir().join(format!("volumes/{name}"));
     std::fs::create_dir_all(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
-    std::os::unix::fs::chown(&path, Some(999), Some(999))?;
+    std::os::unix::fs::chown(&path, Some(owner), Some(owner))?;
     let volumes: Api<PersistentVolume> = Api::all(env.client().await?);
     volumes
         .patch(
-            &format!("{ns}-data"),
+            name,
             &PatchParams::apply(FIELD_MANAGER),
             &Patch::Apply(json!({
                 "apiVersion": "v1", "kind": "PersistentVolume",
-                "metadata": {"name": format!("{ns}-data")},
+                "metadata": {"name": name},
                 "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                          "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                         "claimRef": {"namespace": ns, "name": "data-clair-database-0"},
+                         "claimRef": {"namespace": ns, "name": claim},
                          "hostPath": {"path": path, "type": "Directory"}},
             })),
         )
@@ -52,7 +58,15 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
 ) -> anyhow::Result<()> {
     let client = env.client().await?;
     let ns = restricted_namespace(env, "managed").await?;
-    local_volume(env, &ns).await?;
+    // The engine's claim, for the image's postgres user (999).
+    local_volume(
+        env,
+        &ns,
+        &format!("{ns}-data"),
+        "data-clair-database-0",
+        999,
+    )
+    .await?;
     let layer = alpine_layer(VULNERABLE_VERSION)?;
     let server = FixtureServer::for_scans(&[("vulnerable", &layer)]).await?;
     airgapped_dropin(&client, &ns, &server).await?;

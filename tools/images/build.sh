@@ -89,6 +89,23 @@ base_rootfs() { # base_rootfs DIR USER_LINE GROUP_LINE
   cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 }
 
+# Debian's PostgreSQL in ROOTFS: bash, the server binaries named (all of them when none are)
+# with their libraries and shared files, zoneinfo, the C.UTF-8 locale initdb takes from LANG,
+# and busybox's basic applets.
+postgres_files() { # postgres_files ROOTFS [BINARY...]
+  local root=$1; shift
+  local binaries=("$@")
+  [ ${#binaries[@]} -gt 0 ] || binaries=("$pg_bin"/*)
+  copy_with_libs "$root" /bin/bash "${binaries[@]}" $(ls /usr/lib/postgresql/"$pg_major"/lib/*.so)
+  mkdir -p "$root/usr/share/postgresql" "$root/usr/lib/locale" "$root/var/lib/postgresql"
+  cp -a "/usr/share/postgresql/$pg_major" "$root/usr/share/postgresql/"
+  cp -aL /usr/share/zoneinfo "$root/usr/share/"
+  cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
+  cp "$(command -v busybox)" "$root/bin/busybox"
+  for applet in cat ls mkdir chmod rm; do ln -sf busybox "$root/bin/$applet"; done
+  ln -sf bash "$root/bin/sh"
+}
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
@@ -135,17 +152,8 @@ done
 # PostgreSQL from Debian's packages, behind the official image's entrypoint contract.
 root="$work/postgres"
 base_rootfs "$root" 'postgres:x:999:999:PostgreSQL:/var/lib/postgresql:/bin/bash' 'postgres:x:999:'
-copy_with_libs "$root" /bin/bash "$pg_bin"/{postgres,initdb,pg_ctl,psql,pg_isready,createdb} \
-  $(ls /usr/lib/postgresql/"$pg_major"/lib/*.so)
-mkdir -p "$root/usr/share/postgresql" "$root/usr/share" "$root/usr/local/bin" "$root/var/lib/postgresql/data" "$root/var/run/postgresql" "$root/docker-entrypoint-initdb.d"
-cp -a "/usr/share/postgresql/$pg_major" "$root/usr/share/postgresql/"
-cp -aL /usr/share/zoneinfo "$root/usr/share/"
-# initdb takes its locale from LANG (C.UTF-8, as glibc ships it).
-mkdir -p "$root/usr/lib/locale"
-cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
-cp "$(command -v busybox)" "$root/bin/busybox"
-for applet in sh cat ls mkdir chmod; do ln -sf busybox "$root/bin/$applet"; done
-ln -sf bash "$root/bin/sh"
+postgres_files "$root" "$pg_bin"/{postgres,initdb,pg_ctl,psql,pg_isready,createdb}
+mkdir -p "$root/usr/local/bin" "$root/var/lib/postgresql/data" "$root/var/run/postgresql" "$root/docker-entrypoint-initdb.d"
 cp "$here/postgres-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
 chown -R 999:999 "$root/var/lib/postgresql" "$root/var/run/postgresql"
 chmod 3777 "$root/var/run/postgresql"
@@ -169,15 +177,7 @@ if [ -n "$cloudnative_pg" ]; then
     --config.entrypoint /manager --config.user 65532:65532)")
   root="$work/cloudnative-pg-operand"
   base_rootfs "$root" 'postgres:x:26:26:PostgreSQL:/var/lib/postgresql:/bin/sh' 'postgres:x:26:'
-  copy_with_libs "$root" /bin/bash "$pg_bin"/* $(ls /usr/lib/postgresql/"$pg_major"/lib/*.so)
-  mkdir -p "$root/usr/share/postgresql" "$root/usr/share" "$root/var/lib/postgresql"
-  cp -a "/usr/share/postgresql/$pg_major" "$root/usr/share/postgresql/"
-  cp -aL /usr/share/zoneinfo "$root/usr/share/"
-  mkdir -p "$root/usr/lib/locale"
-  cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
-  cp "$(command -v busybox)" "$root/bin/busybox"
-  for applet in cat ls mkdir chmod rm; do ln -sf busybox "$root/bin/$applet"; done
-  ln -sf bash "$root/bin/sh"
+  postgres_files "$root"
   chown -R 26:26 "$root/var/lib/postgresql"
   built+=("$(image "ghcr.io/cloudnative-pg/postgresql:$pg_major" "$root" \
     --config.env "PATH=/usr/lib/postgresql/$pg_major/bin:/usr/local/bin:/usr/bin:/bin" \
