@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Phase};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
@@ -55,8 +55,18 @@ async fn serving_primary(client: &kube::Client, ns: &str) -> anyhow::Result<Opti
 pub async fn a_clair_on_cloudnative_pg_fails_over_and_serves_what_it_indexed(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let client = env.client().await?;
     let ns = restricted_namespace(env, "cnpg").await?;
+    let outcome = fails_over(env, &ns).await;
+    // Its pods' CPU requests are the node's to give back: the tests beside and after it
+    // schedule theirs on the same two cores (the Clusters have no owner to go with the Clair).
+    let namespaces: Api<Namespace> = Api::all(env.client().await?);
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    outcome
+}
+
+async fn fails_over(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let ns = ns.to_string();
     local_volumes(env, &ns).await?;
     let layer = alpine_layer(VULNERABLE_VERSION)?;
     let server = FixtureServer::for_scans(&[("vulnerable", &layer)]).await?;
@@ -72,6 +82,8 @@ pub async fn a_clair_on_cloudnative_pg_fails_over_and_serves_what_it_indexed(
                 "image": clair_testenv::cloudnative_pg_operand_image()?,
                 "maxConnections": MAX_CONNECTIONS,
                 "storage": {"size": "1Gi"},
+                // Two instances and their bootstrap Jobs on a node the other tests share.
+                "resources": {"requests": {"cpu": "20m", "memory": "128Mi"}},
             }},
             "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
             // No updater runs in the matcher (it would reach for the Internet).

@@ -116,12 +116,15 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
     let old_uid = engine.uid();
     pods.delete("clair-database-0", &DeleteParams::default())
         .await?;
-    crate::support::eventually(START, "a new database pod", || {
+    // Scheduled, with an address (the Clair may still show Available from before).
+    crate::support::eventually(START, "a new database pod with an IP", || {
         let pods = pods.clone();
         let old_uid = old_uid.clone();
         async move {
             let pod = pods.get_opt("clair-database-0").await?;
-            Ok(pod.is_some_and(|p| p.uid() != old_uid))
+            Ok(pod.is_some_and(|p| {
+                p.uid() != old_uid && p.status.as_ref().is_some_and(|s| s.pod_ip.is_some())
+            }))
         }
     })
     .await?;
