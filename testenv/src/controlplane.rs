@@ -278,7 +278,7 @@ impl ControlPlane {
                 format!("--client-ca-file={}", path("ca.crt")),
                 format!("--token-auth-file={}", path("tokens.csv")),
                 // Room for hundreds of Services (the restart test makes 300) and their pods.
-                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                format!("--service-cluster-ip-range={}", crate::host::SERVICE_CIDR),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 format!("--service-account-key-file={}", path("sa.pub")),
                 format!("--service-account-signing-key-file={}", path("sa.key")),

@@ -20,9 +20,18 @@ pub const NODE_IP: &str = "10.77.0.1";
 /// The pods' addresses: one bridge, one /24, the bridge's gateway `.1`.
 pub const POD_CIDR: &str = "10.244.77.0/24";
 pub const BRIDGE: &str = "cni-clair0";
+/// The Services' addresses (the apiserver's `--service-cluster-ip-range`).
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// Our own iptables chain: pods may talk to each other, to Services and to the host, and to
 /// nothing else (tests send no traffic off the machine).
 pub const EGRESS_CHAIN: &str = "CLAIR-TESTENV-EGRESS";
+/// Our chain in the filter table's OUTPUT: a packet from the host still addressed to a
+/// Service after kube-proxy's NAT (a Service kube-proxy has not programmed yet) is refused
+/// here. Without it the default route takes it off the machine, and whatever answers there
+/// (this sandbox's gateway answers 404) passes for the Service.
+pub const UNPROXIED_CHAIN: &str = "CLAIR-TESTENV-UNPROXIED";
+/// What every chain of ours is named after.
+const CHAIN_PREFIX: &str = "CLAIR-TESTENV-";
 
 /// Sysctls the kubelet, kube-proxy and the node set: saved before, restored after.
 const SYSCTLS: &[&str] = &[
@@ -424,7 +433,7 @@ fn drop_chains(family: &str) {
 }
 
 fn ours(chain: &str) -> bool {
-    chain.starts_with("KUBE-") || chain == EGRESS_CHAIN
+    chain.starts_with("KUBE-") || chain.starts_with(CHAIN_PREFIX)
 }
 
 /// From `iptables-save -t TABLE` output: the script that deletes, in built-in and foreign
@@ -506,6 +515,17 @@ mod tests {
                 "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j DOCKER\nCOMMIT\n"
             ),
             ""
+        );
+        let unproxied = format!(
+            "*filter\n:OUTPUT ACCEPT [0:0]\n:{UNPROXIED_CHAIN} - [0:0]\n\
+             -A OUTPUT -d {SERVICE_CIDR} -j {UNPROXIED_CHAIN}\n-A {UNPROXIED_CHAIN} -j REJECT\nCOMMIT\n"
+        );
+        assert_eq!(
+            removal_script("filter", &unproxied),
+            format!(
+                "*filter\n-D OUTPUT -d {SERVICE_CIDR} -j {UNPROXIED_CHAIN}\n\
+                 -F {UNPROXIED_CHAIN}\n-X {UNPROXIED_CHAIN}\nCOMMIT\n"
+            )
         );
     }
 }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::binaries::Binaries;
-use crate::host::{self, BRIDGE, EGRESS_CHAIN, HostState, NODE_IP, POD_CIDR};
+use crate::host::{
+    self, BRIDGE, EGRESS_CHAIN, HostState, NODE_IP, POD_CIDR, SERVICE_CIDR, UNPROXIED_CHAIN,
+};
 use crate::process::{Process, wait_while_running};
 use crate::{Error, Result, io_error};
 
@@ -103,6 +105,25 @@ impl RealNode {
         iptables(&["-A", EGRESS_CHAIN, "-d", POD_CIDR, "-j", "RETURN"])?;
         iptables(&["-A", EGRESS_CHAIN, "-j", "DROP"])?;
         iptables(&["-I", "FORWARD", "1", "-s", POD_CIDR, "-j", EGRESS_CHAIN])?;
+        // The host's own packets to a Service address kube-proxy has not translated (yet):
+        // refused, not routed off the machine. The filter table's OUTPUT sees them after
+        // the nat table's, so a programmed Service passes as a pod's address.
+        let filter = |args: &[&str]| {
+            let mut all = vec!["-w", "10", "-t", "filter"];
+            all.extend_from_slice(args);
+            host::run("iptables", &all)
+        };
+        filter(&["-N", UNPROXIED_CHAIN])?;
+        filter(&["-A", UNPROXIED_CHAIN, "-j", "REJECT"])?;
+        filter(&[
+            "-I",
+            "OUTPUT",
+            "1",
+            "-d",
+            SERVICE_CIDR,
+            "-j",
+            UNPROXIED_CHAIN,
+        ])?;
         let cni = serde_json::json!({
             "cniVersion": "0.4.0",
             "name": "clair-testenv",

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use clair_operator::api::{Clair, Phase};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::json;
 
 use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request_within};
@@ -37,10 +37,7 @@ async fn local_volumes(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
 }
 
 fn clusters(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("postgresql.cnpg.io", "v1", "Cluster"),
-        "clusters",
-    );
+    let resource = clair_operator::render::cloudnative_pg::cluster_resource();
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
@@ -124,7 +121,7 @@ async fn fails_over(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
     // Something to lose: an index report, committed on the standby too.
     let token = quay_token(&client, &ns).await?;
     let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let report = index(&indexer, &token, &server.layer("vulnerable")?).await?;
+    let report = index(&client, &ns, &token, &server.layer("vulnerable")?).await?;
     let manifest = report["manifest_hash"]
         .as_str()
         .context("no manifest hash")?

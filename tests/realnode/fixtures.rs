@@ -188,6 +188,9 @@ pub struct Answer {
     /// The `ETag` header, as it arrived.
     pub etag: Option<String>,
     pub body: String,
+    /// Every header, `name: value` joined by `; `: which server answered, when one is
+    /// not the one asked.
+    pub headers: String,
 }
 
 /// One request with `agent` (one that returns every answer), on a blocking thread.
@@ -224,8 +227,19 @@ pub async fn send(
             .get("etag")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| format!("{name}: {}", value.to_str().unwrap_or("(binary)")))
+            .collect::<Vec<_>>()
+            .join("; ");
         let body = response.body_mut().read_to_string()?;
-        Ok(Answer { status, etag, body })
+        Ok(Answer {
+            status,
+            etag,
+            body,
+            headers,
+        })
     })
     .await?
 }

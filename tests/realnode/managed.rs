@@ -97,8 +97,7 @@ pub async fn a_managed_database_initialises_and_keeps_its_data_across_a_pod_rest
 
     // Something to lose: an index report in the indexer's database.
     let token = quay_token(&client, &ns).await?;
-    let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let report = index(&indexer, &token, &server.layer("vulnerable")?).await?;
+    let report = index(&client, &ns, &token, &server.layer("vulnerable")?).await?;
     let manifest = report["manifest_hash"]
         .as_str()
         .context("no manifest hash")?

@@ -191,7 +191,9 @@ pub async fn index_as_quay(
         Some(body.to_string()),
     )
     .await?;
-    let Answer { status, etag, body } = answer;
+    let Answer {
+        status, etag, body, ..
+    } = answer;
     ensure!(
         status == 201 || status == 200,
         "index_report answered {status}: {body}"

@@ -16,6 +16,7 @@ use anyhow::{Context, bail, ensure};
 use clair_operator::api::Phase;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -385,8 +386,10 @@ pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Resul
         .spec
         .and_then(|s| s.cluster_ip)
         .context("a Service without a cluster IP")?;
-    // kube-proxy programs the Service's endpoints a moment after the pods turn Ready. Each
-    // try is short: a connection DNATed to a pod that is gone never answers.
+    // kube-proxy programs the Service's endpoints a moment after the pods turn Ready (under
+    // load, seconds); until then the harness refuses the host's packets to the Service's
+    // address, so an accepted connection is one to a pod. Each try is short: a connection
+    // DNATed to a pod that is gone never answers.
     eventually(
         Duration::from_secs(60),
         &format!("Service {name} to accept connections"),
@@ -405,31 +408,94 @@ pub async fn service_url(client: &Client, ns: &str, name: &str) -> anyhow::Resul
     Ok(format!("http://{ip}:6060"))
 }
 
-/// Indexes a one-layer manifest through the indexer and returns its report.
-pub async fn index(indexer: &str, token: &str, layer: &Layer) -> anyhow::Result<Value> {
+/// Indexes a one-layer manifest through the Service `clair-indexer` of `ns` and returns its
+/// report. An unexpected answer names the server that gave it and the pods behind the
+/// Service's addresses.
+pub async fn index(client: &Client, ns: &str, token: &str, layer: &Layer) -> anyhow::Result<Value> {
+    let indexer = service_url(client, ns, "clair-indexer").await?;
     // The manifest digest is any unique digest: the layer's digest hashed with a salt.
     let manifest = digest(format!("{}manifest", layer.digest).as_bytes());
     let body = json!({
         "hash": manifest,
         "layers": [{"hash": layer.digest, "uri": layer.url, "headers": {}}],
     });
-    let (status, text) = request(
+    let answer = send(
+        &agent_within(Duration::from_secs(30)),
         "POST",
         format!("{indexer}/indexer/api/v1/index_report"),
         Some(token.to_string()),
         Some(body.to_string()),
     )
     .await?;
-    ensure!(
-        status == 201 || status == 200,
-        "index_report answered {status}: {text}"
-    );
-    let report: Value = serde_json::from_str(&text)?;
+    if answer.status != 201 && answer.status != 200 {
+        bail!(
+            "index_report at {indexer} answered {} {:?} with headers {:?}; {}",
+            answer.status,
+            answer.body,
+            answer.headers,
+            behind_service(client, ns, "clair-indexer").await
+        );
+    }
+    let report: Value = serde_json::from_str(&answer.body)?;
     ensure!(
         report["state"] == "IndexFinished" && report["success"] == true,
         "the index did not finish: {report}"
     );
     Ok(report)
+}
+
+/// What a Service sends to, for a failure's message: each address of its EndpointSlices and
+/// every pod in the cluster that holds that address (two would be a reused pod address).
+pub async fn behind_service(client: &Client, ns: &str, name: &str) -> String {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::all(client.clone());
+    let listed = futures::future::join(
+        slices.list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}"))),
+        pods.list(&ListParams::default()),
+    )
+    .await;
+    let (slices, pods) = match listed {
+        (Ok(slices), Ok(pods)) => (slices, pods),
+        (Err(e), _) | (_, Err(e)) => return format!("the Service {name}'s endpoints unread: {e}"),
+    };
+    let addresses: Vec<String> = slices
+        .items
+        .iter()
+        .flat_map(|slice| &slice.endpoints)
+        .flat_map(|endpoint| endpoint.addresses.clone())
+        .collect();
+    let holders = |address: &String| -> Vec<String> {
+        pods.items
+            .iter()
+            .filter(|pod| {
+                pod.status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.as_ref())
+                    .is_some_and(|ip| ip == address)
+            })
+            .map(|pod| {
+                format!(
+                    "{}/{} ({}{})",
+                    pod.namespace().unwrap_or_default(),
+                    pod.name_any(),
+                    pod.status
+                        .as_ref()
+                        .and_then(|s| s.phase.clone())
+                        .unwrap_or_default(),
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        ", terminating"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect()
+    };
+    let described: Vec<String> = addresses
+        .iter()
+        .map(|address| format!("{address} held by {:?}", holders(address)))
+        .collect();
+    format!("the Service {name} sends to {described:?}")
 }
 
 /// The matcher's vulnerability report for the manifest of `index_report`; waits while the

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::fixtures::{FixtureServer, VULNERABLE_VERSION, alpine_layer, request};
 use crate::scan::{
-    START, airgapped_dropin, index, quay_token, restricted_namespace, service_url, until_available,
+    START, airgapped_dropin, index, quay_token, restricted_namespace, until_available,
 };
 use crate::support::clair::{apply_json, create_clair, external_databases, external_spec};
 use crate::support::{TestEnv, eventually};
@@ -68,8 +68,7 @@ pub async fn a_clairs_spans_and_the_operators_reach_the_collector(
     );
 
     let token = quay_token(&client, &ns).await?;
-    let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    index(&indexer, &token, &server.layer("layer")?).await?;
+    index(&client, &ns, &token, &server.layer("layer")?).await?;
     eventually(
         SPANS_ARRIVE,
         "the indexer's span of the index request in Jaeger",

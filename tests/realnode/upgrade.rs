@@ -56,8 +56,7 @@ pub async fn an_upgrade_runs_clairctl_admin_in_real_jobs_and_the_scan_still_answ
     // A scan on the older version.
     run_updaters_now(env, &client, &ns).await?;
     let token = quay_token(&client, &ns).await?;
-    let indexer = service_url(&client, &ns, "clair-indexer").await?;
-    let report = index(&indexer, &token, &server.layer("vulnerable")?).await?;
+    let report = index(&client, &ns, &token, &server.layer("vulnerable")?).await?;
 
     // The upgrade.
     patch_spec(&client, &ns, "clair", json!({"image": PINNED})).await?;
