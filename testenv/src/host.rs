@@ -28,7 +28,7 @@ pub const EGRESS_CHAIN: &str = "CLAIR-TESTENV-EGRESS";
 /// Our chain in the filter table's OUTPUT: a packet from the host still addressed to a
 /// Service after kube-proxy's NAT (a Service kube-proxy has not programmed yet) is refused
 /// here. Without it the default route takes it off the machine, and whatever answers there
-/// (this sandbox's gateway answers 404) passes for the Service.
+/// (here, something answered 404 with no body) passes for the Service.
 pub const UNPROXIED_CHAIN: &str = "CLAIR-TESTENV-UNPROXIED";
 /// What every chain of ours is named after.
 const CHAIN_PREFIX: &str = "CLAIR-TESTENV-";
