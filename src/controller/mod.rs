@@ -331,6 +331,15 @@ where
     alive
 }
 
+/// What a reconcile does when the cache is older than this process's own last status
+/// write of the resource (`Versions::behind`): nothing yet. The write's watch event
+/// reconciles it again as soon as the cache holds it; deciding from the older status would
+/// write the same status again, and a `Clair` would read itself fresh. The requeue is a
+/// fallback in case the event never decodes.
+fn wait_for_own_write() -> Action {
+    Action::requeue(Duration::from_secs(10))
+}
+
 /// The end of every reconcile: the `Contested` condition while another writer fights over
 /// what `applier` wrote, the status written (server-side apply of the status subresource)
 /// only when it changed, the Event of a transition, and when to look again.

@@ -41,6 +41,12 @@ impl Packed {
             _ => self == than,
         }
     }
+
+    /// Whether this resourceVersion is known to be older than `than`: both integers, this
+    /// one the smaller. Versions that do not compare are never known to be older.
+    pub fn older_than(&self, than: &Packed) -> bool {
+        matches!((self, than), (Packed::Integer(version), Packed::Integer(than)) if version < than)
+    }
 }
 
 impl fmt::Display for Packed {

@@ -7,6 +7,8 @@
 //! so (the etcd revision of the write). A version that is not such an integer (an
 //! aggregated API's, say) compares by equality only, as before.
 
+use std::time::{Duration, Instant};
+
 use kube::Resource;
 
 use super::packed::Packed;
@@ -34,12 +36,16 @@ pub fn at_least(version: &str, than: &str) -> bool {
 /// (resources deleted leave theirs behind).
 #[derive(Default)]
 pub struct Versions {
-    /// Packed: a UUID and an integer, no allocation of their own.
-    by_uid: std::sync::Mutex<std::collections::HashMap<Packed, Packed>>,
+    /// Packed: a UUID and an integer, no allocation of their own; with when it was recorded.
+    by_uid: std::sync::Mutex<std::collections::HashMap<Packed, (Packed, Instant)>>,
 }
 
 impl Versions {
     const MAX: usize = 50_000;
+    /// How long a cache older than a recorded version is taken to be catching up. Past it
+    /// the older version is believed (an etcd restored from a backup issues smaller
+    /// versions for good): waiting for an event that never comes would stall the resource.
+    const CATCH_UP: Duration = Duration::from_secs(30);
 
     /// Whether `object` is the version last written or read, or a later one.
     pub fn current(&self, object: &impl Resource) -> bool {
@@ -51,7 +57,29 @@ impl Versions {
         self.by_uid.lock().is_ok_and(|known| {
             known
                 .get(&Packed::of(uid))
-                .is_some_and(|last| version.at_least(last))
+                .is_some_and(|(last, _)| version.at_least(last))
+        })
+    }
+
+    /// Whether `object` is older than the version last written or read here: a cache that
+    /// has not yet caught up with this process's own write. The write's watch event is on
+    /// its way (every event of a watched kind reconciles), so a reconcile can wait for it
+    /// rather than decide from the older version. An object whose version is not known, or
+    /// was recorded longer than [`Versions::CATCH_UP`] ago, is not behind.
+    pub fn behind(&self, object: &impl Resource) -> bool {
+        self.behind_at(object, Instant::now())
+    }
+
+    fn behind_at(&self, object: &impl Resource, now: Instant) -> bool {
+        let meta = object.meta();
+        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
+            return false;
+        };
+        let version = Packed::of(version);
+        self.by_uid.lock().is_ok_and(|known| {
+            known.get(&Packed::of(uid)).is_some_and(|(last, when)| {
+                version.older_than(last) && now.saturating_duration_since(*when) < Self::CATCH_UP
+            })
         })
     }
 
@@ -66,7 +94,7 @@ impl Versions {
             if known.len() >= Self::MAX && !known.contains_key(&uid) {
                 known.clear();
             }
-            known.insert(uid, version);
+            known.insert(uid, (version, Instant::now()));
         }
     }
 }
@@ -86,5 +114,41 @@ mod tests {
         assert!(!at_least("b", "a"));
         assert!(at_least("a", "a"));
         assert!(!at_least("", "1"));
+    }
+
+    fn at(uid: &str, version: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        k8s_openapi::api::core::v1::ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                uid: Some(uid.into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_cache_older_than_the_last_write_is_behind_and_an_unknown_one_is_not() {
+        const UID: &str = "6f1c1d6e-0000-4000-8000-000000000001";
+        let versions = Versions::default();
+        assert!(!versions.behind(&at(UID, "5")), "never written: not behind");
+        assert!(
+            !versions.current(&at(UID, "5")),
+            "never written: not current either"
+        );
+        versions.seen(&at(UID, "7"));
+        assert!(versions.behind(&at(UID, "5")));
+        assert!(!versions.current(&at(UID, "5")));
+        assert!(!versions.behind(&at(UID, "7")) && versions.current(&at(UID, "7")));
+        assert!(!versions.behind(&at(UID, "9")) && versions.current(&at(UID, "9")));
+        // Another object, and versions that do not compare: never behind.
+        assert!(!versions.behind(&at("6f1c1d6e-0000-4000-8000-000000000002", "1")));
+        versions.seen(&at(UID, "b"));
+        assert!(!versions.behind(&at(UID, "a")));
+        // A cache that stays older past the catch-up time is believed (an etcd restored
+        // from a backup), not waited for forever.
+        versions.seen(&at(UID, "7"));
+        let later = Instant::now() + Versions::CATCH_UP + Duration::from_secs(1);
+        assert!(!versions.behind_at(&at(UID, "5"), later));
     }
 }

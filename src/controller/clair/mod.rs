@@ -228,8 +228,12 @@ async fn reconcile(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, 
 async fn reconcile_once(cached: Arc<Clair>, context: Arc<Context>) -> Result<Action, Error> {
     // The cache can lag behind this controller's own last status write; deciding from a
     // stale `status.version` would repeat an upgrade step. The cached object is used when it
-    // is the version last written or read here, else it is read fresh.
+    // is the version last written or read here; one older waits for that write's event; one
+    // whose version is not known here (a new Clair, another process's write) is read fresh.
     let owner = Owner::of(cached.as_ref())?;
+    if context.versions.behind(cached.as_ref()) {
+        return Ok(super::wait_for_own_write());
+    }
     let read = if context.versions.current(cached.as_ref()) {
         Some(cached.as_ref().clone())
     } else {

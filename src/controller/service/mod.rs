@@ -211,6 +211,9 @@ async fn reconcile_once<K: ServiceResource>(
     if super::being_deleted(object.as_ref()) {
         return Ok(Action::await_change());
     }
+    if context.versions.behind(object.as_ref()) {
+        return Ok(super::wait_for_own_write());
+    }
     let owner = Owner::of(object.as_ref())?;
     let (name, namespace) = (owner.name.as_str(), owner.namespace.as_str());
     let (spec, status) = (object.service_spec(), object.service_status());
