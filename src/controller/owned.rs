@@ -163,17 +163,19 @@ fn name_of(namespace: &str, name: &str) -> String {
 /// namespace a walk was 3,000 entries a kind, at every reconcile).
 #[derive(Default)]
 struct Objects {
-    entries: HashMap<Name, Entry>,
+    /// Boxed: a table is up to half empty after each growth, and with entries inline (up to
+    /// 192 bytes) every empty bucket was as large as an entry.
+    entries: HashMap<Name, Box<Entry>>,
     by_controller: HashMap<Packed, Vec<Name>>,
 }
 
 impl Objects {
     fn get(&self, name: &str) -> Option<&Entry> {
-        self.entries.get(name)
+        self.entries.get(name).map(|entry| &**entry)
     }
 
     fn get_mut(&mut self, name: &str) -> Option<&mut Entry> {
-        self.entries.get_mut(name)
+        self.entries.get_mut(name).map(|entry| &mut **entry)
     }
 
     fn insert(&mut self, name: &str, entry: Entry) {
@@ -187,7 +189,7 @@ impl Objects {
                 names.push(name.clone());
             }
         }
-        if let Some(old) = self.entries.insert(name.clone(), entry) {
+        if let Some(old) = self.entries.insert(name.clone(), Box::new(entry)) {
             self.unindex(&name, &old);
         }
     }
@@ -227,7 +229,7 @@ impl Objects {
             .flatten()
             .filter_map(move |full| {
                 let name = full.strip_prefix(namespace)?.strip_prefix('/')?;
-                Some((name, self.entries.get(full)?))
+                Some((name, &**self.entries.get(full)?))
             })
     }
 
