@@ -49,16 +49,7 @@ impl Versions {
 
     /// Whether `object` is the version last written or read, or a later one.
     pub fn current(&self, object: &impl Resource) -> bool {
-        let meta = object.meta();
-        let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
-            return false;
-        };
-        let version = Packed::of(version);
-        self.by_uid.lock().is_ok_and(|known| {
-            known
-                .get(&Packed::of(uid))
-                .is_some_and(|(last, _)| version.at_least(last))
-        })
+        self.compare(object, |version, (last, _)| version.at_least(last))
     }
 
     /// Whether `object` is older than the version last written or read here: a cache that
@@ -71,15 +62,27 @@ impl Versions {
     }
 
     fn behind_at(&self, object: &impl Resource, now: Instant) -> bool {
+        self.compare(object, |version, (last, when)| {
+            version.older_than(last) && now.saturating_duration_since(*when) < Self::CATCH_UP
+        })
+    }
+
+    /// `test` of `object`'s version and what was recorded of its UID; false when either is
+    /// missing.
+    fn compare(
+        &self,
+        object: &impl Resource,
+        test: impl Fn(&Packed, &(Packed, Instant)) -> bool,
+    ) -> bool {
         let meta = object.meta();
         let (Some(uid), Some(version)) = (&meta.uid, &meta.resource_version) else {
             return false;
         };
         let version = Packed::of(version);
         self.by_uid.lock().is_ok_and(|known| {
-            known.get(&Packed::of(uid)).is_some_and(|(last, when)| {
-                version.older_than(last) && now.saturating_duration_since(*when) < Self::CATCH_UP
-            })
+            known
+                .get(&Packed::of(uid))
+                .is_some_and(|recorded| test(&version, recorded))
         })
     }
 
