@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
         args.iter()
             .find_map(|a| a.strip_prefix("--operator="))
             .context(
-                "usage: clair-bench --operator=PATH [--memory-only] [--no-json] [N...] | clair-bench heap PROFILE",
+                "usage: clair-bench --operator=PATH [--memory-only [--with-roll]] [--no-json] [N...] | clair-bench heap PROFILE",
             )?,
     );
     let sizes: Vec<usize> = args
@@ -91,11 +91,17 @@ fn main() -> anyhow::Result<()> {
     let mut results = Vec::new();
     let started = Timestamp::now();
     let memory_only = args.iter().any(|a| a == "--memory-only");
+    // The config roll too (its peak is the full run's), still without the baseline.
+    let stop = if args.iter().any(|a| a == "--with-roll") {
+        Stop::AfterRoll
+    } else {
+        Stop::AtRest
+    };
     for &n in &sizes {
         if memory_only {
-            // The operator's memory alone: no baseline, no roll, no JSON (a quick check of
-            // a memory change at large N; the full run is the result).
-            let measured = operator_run(&runtime, n, &operator, Stop::AtRest)?;
+            // The operator's memory alone: no baseline, no JSON (a quick check of a memory
+            // change at large N; the full run is the result).
+            let measured = operator_run(&runtime, n, &operator, stop)?;
             let per_clair = |count: u64| count as f64 / n as f64;
             let idle_work = measured.idle.total() - lease_requests(&measured.idle);
             println!(
@@ -108,6 +114,17 @@ fn main() -> anyhow::Result<()> {
                 per_clair(measured.requests.total()),
                 per_clair(measured.requests.status_writes),
             );
+            if stop == Stop::AfterRoll {
+                println!(
+                    "N = {n}: the config roll in {:.1} s; RSS after it {:.1} MiB, peak {:.1} MiB; \
+                     {:.1} requests a Clair ({:.1} writes)",
+                    measured.rolled.as_secs_f64(),
+                    measured.after.rss as f64 / MIB,
+                    measured.after.peak_rss as f64 / MIB,
+                    per_clair(measured.roll.total()),
+                    per_clair(measured.roll.work_writes()),
+                );
+            }
             eprintln!("  by target: {:?}", measured.requests.by_target);
             eprintln!("  idle: {:?}", measured.idle.by_target);
             continue;
