@@ -102,7 +102,6 @@ fn main() -> anyhow::Result<()> {
             // The operator's memory alone: no baseline, no JSON (a quick check of a memory
             // change at large N; the full run is the result).
             let measured = operator_run(&runtime, n, &operator, stop)?;
-            let per_clair = |count: u64| count as f64 / n as f64;
             let idle_work = measured.idle.total() - lease_requests(&measured.idle);
             println!(
                 "N = {n}: all Available in {:.1} s; RSS before {:.1} MiB, at rest {:.1} MiB, peak {:.1} MiB; \
@@ -111,8 +110,8 @@ fn main() -> anyhow::Result<()> {
                 measured.before.rss as f64 / MIB,
                 measured.at_rest.rss as f64 / MIB,
                 measured.at_rest.peak_rss as f64 / MIB,
-                per_clair(measured.requests.total()),
-                per_clair(measured.requests.status_writes),
+                per(measured.requests.total(), n),
+                per(measured.requests.status_writes, n),
             );
             if stop == Stop::AfterRoll {
                 println!(
@@ -121,8 +120,8 @@ fn main() -> anyhow::Result<()> {
                     measured.rolled.as_secs_f64(),
                     measured.after.rss as f64 / MIB,
                     measured.after.peak_rss as f64 / MIB,
-                    per_clair(measured.roll.total()),
-                    per_clair(measured.roll.work_writes()),
+                    per(measured.roll.total(), n),
+                    per(measured.roll.work_writes(), n),
                 );
             }
             eprintln!("  by target: {:?}", measured.requests.by_target);
