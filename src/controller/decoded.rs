@@ -3,9 +3,13 @@
 //! older schema, or a free-form part such as `pod.volumes` holding something that is not a
 //! volume) fails every list and every relist: no resource of that kind, in any namespace,
 //! would be reconciled again. Here such an object is left out of the controller's cache (so
-//! nothing reconciles it against a spec that is no longer its) and said once per generation: a Warning Event `SpecUnreadable` naming the field, a log line,
-//! and the `unreadable_resources` gauge. What the operator made for it stays as it is until
-//! the object can be read again; every other object is reconciled as usual.
+//! nothing reconciles it against a spec that is no longer its) and said once per
+//! generation: a Warning Event `SpecUnreadable` naming the field, a log line, and the
+//! `unreadable_resources` gauge. What the operator made for it stays as it is until the
+//! object can be read again; every other object is reconciled as usual.
+//!
+//! The cache holds each object without what no reconcile reads of it (`slim`): its field
+//! managers' records, labels and annotations.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -137,22 +141,19 @@ where
 }
 
 /// What the cache need not hold: the field managers' records and kubectl's copy of the last
-/// applied object (each about as large as the spec itself). What the controllers take from
-/// the cache (spec, status, names, generation) never includes them.
+/// applied object (each about as large as the spec itself), and the labels and annotations.
+/// What the controllers take from the cache (spec, status, names, UID, generation, owners,
+/// finalizers) never includes them: the labels the watches select on are matched by the
+/// apiserver, and what a Clair knows of its services' labels and applied-hash annotation
+/// comes from its metadata watches of them (`owned`), not from here. A service's five
+/// labels and its applied hash were 1.3 KiB of each cached copy, about 4 MiB at 1,000
+/// Clairs (docs/performance.md). A reconcile that comes to need one must keep it here.
 fn slim(object: &mut DynamicObject) {
-    slim_metadata(&mut object.metadata);
-}
-
-/// Drops from `metadata` what no controller reads and the apiserver sends with every
-/// object: the field managers' records and kubectl's copy of the last applied object.
-pub fn slim_metadata(metadata: &mut kube::api::ObjectMeta) {
+    let metadata = &mut object.metadata;
     metadata.managed_fields = None;
-    if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
+    metadata.labels = None;
+    metadata.annotations = None;
 }
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Decodes one watch event; an unreadable object drops out of it. A deleted object that no
 /// longer decodes is deleted from the cache by the last version that did.
@@ -340,20 +341,32 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_no_field_managers_nor_kubectls_copy() {
+    fn the_cache_keeps_no_field_managers_labels_nor_annotations() {
         let mut full = object(good(), 1);
         full.metadata.managed_fields = Some(vec![Default::default()]);
-        full.metadata.annotations = Some(
-            [(LAST_APPLIED, "{}"), ("team", "a")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
+        let map = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        full.metadata.annotations = map(&[
+            ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+            ("team", "a"),
+        ]);
+        full.metadata.labels = map(&[(crate::api::labels::INSTANCE, "clair")]);
+        full.metadata.finalizers = Some(vec!["clair.projectquay.io/cleanup".into()]);
         slim(&mut full);
         assert_eq!(full.metadata.managed_fields, None);
-        let annotations = full.metadata.annotations.unwrap();
-        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["team"]);
+        assert_eq!(full.metadata.annotations, None);
+        assert_eq!(full.metadata.labels, None);
+        // What the controllers read stays.
+        assert_eq!(full.metadata.generation, Some(1));
+        assert_eq!(full.metadata.finalizers.as_ref().map(Vec::len), Some(1));
         assert_eq!(full.data["spec"], good());
+        assert!(decode::<Indexer>(&full).is_ok());
     }
 
     #[test]
