@@ -124,8 +124,11 @@ impl Owner {
 /// made 3,000 services create their Services together; the apiserver allocates cluster IPs
 /// one at a time, most creates waited past its 60 s timeout (504), and the retries kept it
 /// so (the scale benchmark: 11 of 1,000 Available after 17 minutes, the baseline done in 12).
-/// Sixteen keep both cores busy without queueing requests past any deadline.
-const CONCURRENT_RECONCILES: u16 = 16;
+/// Eight (forty over the five controllers) keep both cores busy without queueing requests
+/// past any deadline; sixteen converged no faster and held twice the work in flight at a
+/// burst's peak (a fleet-wide config roll: what the reconciles read and build, about 8 MiB
+/// at 300 Clairs; docs/performance.md).
+const CONCURRENT_RECONCILES: u16 = 8;
 
 /// A controller's settings: [`CONCURRENT_RECONCILES`] at once.
 fn controller_config() -> kube::runtime::controller::Config {
