@@ -124,11 +124,12 @@ impl Owner {
 /// made 3,000 services create their Services together; the apiserver allocates cluster IPs
 /// one at a time, most creates waited past its 60 s timeout (504), and the retries kept it
 /// so (the scale benchmark: 11 of 1,000 Available after 17 minutes, the baseline done in 12).
-/// Eight (forty over the five controllers) keep both cores busy without queueing requests
-/// past any deadline. Sixteen converged no faster (1,000 Clairs: 722.6 s, eight 725.7 s)
-/// and held more work in flight when a burst queues every resource at once: a fleet-wide
-/// config roll peaked at 68.0 MiB resident, 64.1 with eight (docs/performance.md).
-const CONCURRENT_RECONCILES: u16 = 8;
+/// Four (twenty over the five controllers) keep both cores busy without queueing requests
+/// past any deadline, and bound the work held in flight when a burst queues every resource
+/// at once (a fleet-wide config roll): at 1,000 Clairs sixteen peaked at 68.0 MiB resident,
+/// eight at 64.1 and four at 62.6, for the same convergence (722.6, 725.7 and 723.4 s, the
+/// last beside a baseline of 726.1 s; docs/performance.md).
+const CONCURRENT_RECONCILES: u16 = 4;
 
 /// A controller's settings: [`CONCURRENT_RECONCILES`] at once.
 fn controller_config() -> kube::runtime::controller::Config {

@@ -1,7 +1,7 @@
 //! Memory a tenant controls, in total (issue 31 point 3): what was tried and took the
 //! operator from ~55 MB to 319 MB (six templates of 50 references, the Secrets then grown to
 //! 1 MB) and to 240 MB (thirty Indexers with 1.4 MiB of `pod.env`). Now a render holds at
-//! most 1 MiB of values, eight at once, and the CRDs bound every list and map a spec holds:
+//! most 1 MiB of values, four at once, and the CRDs bound every list and map a spec holds:
 //! the operator's peak resident memory stays under [`PEAK_BOUND`] through both, and another
 //! tenant's Clair becomes Available meanwhile.
 
