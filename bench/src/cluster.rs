@@ -208,7 +208,7 @@ where
         );
         // Each poll lists the namespace: at 1,000 Clairs (3,000 Deployments) once a second
         // would be load of its own. At 10 a whole run takes 7 s, and polling once a second
-        // made the ratio to the baseline move by 0.15 either way.
+        // could move the ratio to the baseline by up to 0.15 either way.
         tokio::time::sleep(Duration::from_millis((wanted as u64 * 2).clamp(250, 5000))).await;
     }
 }

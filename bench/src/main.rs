@@ -102,7 +102,7 @@ fn main() -> anyhow::Result<()> {
             // The operator's memory alone: no baseline, no JSON (a quick check of a memory
             // change at large N; the full run is the result).
             let measured = operator_run(&runtime, n, &operator, stop)?;
-            let idle_work = measured.idle.total() - lease_requests(&measured.idle);
+            let idle_work = measured.idle.besides_lease();
             println!(
                 "N = {n}: all Available in {:.1} s; RSS before {:.1} MiB, at rest {:.1} MiB, peak {:.1} MiB; \
                  {:.1} requests a Clair until Available ({:.1} status writes); idle 60 s: {idle_work} requests besides the Lease",
@@ -145,16 +145,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The Lease's reads and renewals among `requests` (the leader's, idle or not).
-fn lease_requests(requests: &measure::Requests) -> u64 {
-    requests
-        .by_target
-        .iter()
-        .filter(|(target, _)| target.ends_with(" leases"))
-        .map(|(_, count)| count)
-        .sum()
 }
 
 /// kwok nodes for `n` Clairs: 2,000 pods each, three pods a Clair, room to roll.
@@ -428,7 +418,7 @@ fn targets(n: usize, baseline: &Baseline, operator: &Operator) -> Vec<String> {
     let ratio = operator.converged.as_secs_f64() / baseline.took.as_secs_f64();
     let requests = per(operator.requests.total(), n);
     let roll_beyond_writes = per(operator.roll.total() - operator.roll.work_writes(), n);
-    let idle_besides_lease = operator.idle.total() - lease_requests(&operator.idle);
+    let idle_besides_lease = operator.idle.besides_lease();
     let objects_per_clair = (baseline.objects - n) as f64 / n as f64;
     let object_writes = per(operator.requests.object_writes(), n);
     let status_writes = per(operator.requests.status_writes, n);

@@ -46,6 +46,18 @@ impl Requests {
         self.writes() - self.lease_writes
     }
 
+    /// Requests other than the leader's Lease reads and renewals (the idle minute's target:
+    /// none).
+    pub fn besides_lease(&self) -> u64 {
+        let lease: u64 = self
+            .by_target
+            .iter()
+            .filter(|(target, _)| target.ends_with(" leases"))
+            .map(|(_, count)| count)
+            .sum();
+        self.total() - lease
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "by_verb": self.by_verb,
