@@ -20,6 +20,7 @@ pub mod render;
 pub mod sources;
 pub mod telemetry;
 pub mod templating;
+pub mod text;
 pub mod webhook;
 
 #[cfg(test)]

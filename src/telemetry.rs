@@ -27,7 +27,7 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `http://collector:4318/v1/traces`, a path kept as a prefix), as the OpenTelemetry
 /// specification reads `OTEL_EXPORTER_OTLP_ENDPOINT`.
 pub fn traces_url(base: &str) -> Result<url::Url, String> {
-    let mut url = crate::render::traces::otlp_base(
+    let mut url = crate::render::traces::base_url(
         base,
         "--otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT)",
         "http://collector.observability:4318",

@@ -165,7 +165,11 @@ pub struct KedaAutoscaling {
     /// The Prometheus HTTP API that scrapes this Clair's pods (labels `namespace` and
     /// `pod`, as the Prometheus Operator's ServiceMonitor sets them), for example
     /// `http://prometheus-operated.monitoring.svc:9090`. KEDA queries it, not the pods.
-    #[schemars(length(max = 256), pattern(r"^https?://[^\s]+$"))]
+    /// A scheme, host, port and at most a base path: KEDA appends its query to it.
+    #[schemars(
+        length(max = 256),
+        pattern(crate::render::autoscaling::PROMETHEUS_ADDRESS)
+    )]
     pub prometheus_address: String,
     /// Average in-flight requests per pod the autoscaler keeps (index requests for the
     /// indexer, vulnerability reports for the matcher, notification pages for the

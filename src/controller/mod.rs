@@ -468,18 +468,11 @@ const EVENT_NOTE_BYTES: usize = 1000;
 async fn publish_failure(
     context: &Context,
     reason: &str,
-    mut note: String,
+    note: String,
     object: &k8s_openapi::api::core::v1::ObjectReference,
 ) {
     use kube::runtime::events::{Event, EventType};
-    if note.len() > EVENT_NOTE_BYTES {
-        let mut end = EVENT_NOTE_BYTES - 3;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str("...");
-    }
+    let note = crate::text::cut(&note, EVENT_NOTE_BYTES);
     let published = context
         .events
         .publish(

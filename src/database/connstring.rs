@@ -118,6 +118,14 @@ impl ConnSettings {
                 })
                 .collect::<Result<_, _>>()?,
         };
+        if hosts.iter().any(|h| h.starts_with('/')) {
+            return Err(ConnStringError::InvalidValue {
+                key: "host",
+                why: "a host beginning with `/` is a Unix-socket directory, which the \
+                      operator cannot check from its own pod: name a host reachable over TCP"
+                    .into(),
+            });
+        }
         if ports.len() != 1 && ports.len() != hosts.len() {
             return Err(ConnStringError::InvalidValue {
                 key: "port",
@@ -519,6 +527,19 @@ mod tests {
             };
             assert!(!leaks(&message), "{text}: {message}");
         }
+    }
+
+    #[test]
+    fn a_unix_socket_host_is_refused() {
+        for text in ["host=/var/run/postgresql user=u", "postgresql://u@%2Ftmp/db"] {
+            let error = parse(text).unwrap_err();
+            assert!(
+                matches!(error, ConnStringError::InvalidValue { key: "host", .. }),
+                "{text}: {error}"
+            );
+        }
+        assert!(parse("host=db,/tmp user=u").is_err());
+        assert!(parse("host=db user=u").is_ok());
     }
 
     #[test]

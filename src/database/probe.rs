@@ -8,8 +8,13 @@ use backon::{ExponentialBuilder, Retryable};
 use rustls::pki_types::CertificateDer;
 use tokio_postgres::error::SqlState;
 
+use tokio_postgres::config::TargetSessionAttrs;
+use tokio_postgres::tls::MakeTlsConnect;
+
+use super::bounded::{Bounded, Framed, Overrun};
 use super::connstring::{self, ConnSettings, TlsMode};
 use super::tls;
+use crate::text;
 
 /// Why a connection check failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,29 +174,15 @@ async fn probe_once(
     let target = settings.describe();
     let password = settings.get("password").unwrap_or_default().to_string();
     let classify = |e: tokio_postgres::Error| classify(&e, &password);
-    // The whole exchange is bounded, not only the TCP connect.
+    // The whole exchange is bounded, in time and in bytes, not only the TCP connect.
     let exchange = async {
-        let client = match tls::client_config(mode, trusted).map_err(misconfigured)? {
-            None => {
-                let (client, connection) = config
-                    .connect(tokio_postgres::NoTls)
-                    .await
-                    .map_err(classify)?;
-                tokio::spawn(connection);
-                client
-            }
-            Some(tls) => {
-                let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-                let (client, connection) = config.connect(connector).await.map_err(classify)?;
-                tokio::spawn(connection);
-                client
-            }
-        };
+        let tls = tls::client_config(mode, trusted).map_err(misconfigured)?;
+        let client = connect(settings, &config, tls, timeout, &classify).await?;
         let row = client
             .query_one("SELECT current_setting('max_connections')", &[])
             .await
             .map_err(classify)?;
-        let max_connections = row.get::<_, String>(0).parse().ok();
+        let max_connections = row.try_get::<_, String>(0).map_err(classify)?.parse().ok();
         let undelivered = match options.notifications {
             true => Some(
                 tokio::time::timeout(COUNT_DEADLINE, undelivered(&client))
@@ -219,25 +210,130 @@ async fn probe_once(
             })
         })
         .map_err(|f| Failure {
-            message: if f.message.starts_with(&target) {
-                f.message
-            } else {
-                format!("{target}: {}", f.message)
-            },
+            message: text::cut(
+                &if f.message.starts_with(&target) {
+                    f.message
+                } else {
+                    format!("{target}: {}", f.message)
+                },
+                QUOTED_BYTES,
+            ),
             ..f
         })
+}
+
+/// A client on the first of the settings' hosts that takes the check (and, for
+/// `target_session_attrs=read-write`, writes), over a socket of ours bounded in bytes
+/// ([`Bounded`]): tokio-postgres' own connect reads whatever length a server declares.
+async fn connect(
+    settings: &ConnSettings,
+    config: &tokio_postgres::Config,
+    tls: Option<rustls::ClientConfig>,
+    timeout: Duration,
+    classify: &impl Fn(tokio_postgres::Error) -> Failure,
+) -> Result<tokio_postgres::Client, Failure> {
+    let hosts = settings.hosts().map_err(|e| Failure {
+        kind: FailureKind::Misconfigured,
+        message: e.to_string(),
+    })?;
+    let mut failure = None;
+    for (host, port) in hosts {
+        let unreachable = |message: String| Failure {
+            kind: FailureKind::Unreachable,
+            message: format!("{host}:{port}: {message}"),
+        };
+        let socket = match tokio::time::timeout(
+            timeout,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        {
+            Ok(Ok(socket)) => socket,
+            Ok(Err(e)) => {
+                failure = Some(unreachable(format!("error connecting to server: {e}")));
+                continue;
+            }
+            Err(_) => {
+                failure = Some(unreachable("timeout connecting to server".to_string()));
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let connected = match &tls {
+            None => match config
+                .connect_raw(Bounded::socket(socket, false), tokio_postgres::NoTls)
+                .await
+            {
+                Ok((client, connection)) => {
+                    tokio::spawn(connection);
+                    Ok(client)
+                }
+                Err(e) => Err(e),
+            },
+            Some(tls) => {
+                let mut make = tokio_postgres_rustls::MakeRustlsConnect::new(tls.clone());
+                let connector = MakeTlsConnect::<Bounded<tokio::net::TcpStream>>::make_tls_connect(
+                    &mut make, &host,
+                )
+                .map_err(|e| Failure {
+                    kind: FailureKind::Misconfigured,
+                    message: format!("{host}: {e}"),
+                })?;
+                match config
+                    .connect_raw(Bounded::socket(socket, true), Framed(connector))
+                    .await
+                {
+                    Ok((client, connection)) => {
+                        tokio::spawn(connection);
+                        Ok(client)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let client = match connected {
+            Ok(client) => client,
+            Err(e) => {
+                failure = Some(classify(e));
+                continue;
+            }
+        };
+        if config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite {
+            let read_only = client
+                .query_one("SHOW transaction_read_only", &[])
+                .await
+                .map_err(classify)?
+                .try_get::<_, String>(0)
+                .map_err(classify)?;
+            if read_only == "on" {
+                failure = Some(Failure {
+                    kind: FailureKind::Rejected,
+                    message: format!("{host}:{port}: the server is read-only"),
+                });
+                continue;
+            }
+        }
+        return Ok(client);
+    }
+    Err(failure.unwrap_or(Failure {
+        kind: FailureKind::Misconfigured,
+        message: "the connection string names no host".to_string(),
+    }))
 }
 
 /// The notifier's undelivered notifications, or why they cannot be counted (its tables not
 /// there yet, or the query refused: the server's message and code).
 async fn undelivered(client: &tokio_postgres::Client) -> Result<Undelivered, String> {
-    let refused = |e: tokio_postgres::Error| match e.as_db_error() {
-        Some(db) => format!(
-            "counting them failed: {} ({})",
-            db.message(),
-            db.code().code()
-        ),
-        None => format!("counting them failed: {e}"),
+    let refused = |e: tokio_postgres::Error| {
+        let why = match e.as_db_error() {
+            Some(db) => format!(
+                "counting them failed: {} ({})",
+                db.message(),
+                db.code().code()
+            ),
+            None => format!("counting them failed: {e}"),
+        };
+        text::cut(&why, QUOTED_BYTES)
     };
     // The database is the tenant's: whatever its tables hold, nothing here panics (a wrong
     // type is an error), and the server gives up on the count before the deadline here.
@@ -289,6 +385,8 @@ fn classify(error: &tokio_postgres::Error, password: &str) -> Failure {
             FailureKind::Busy
         }
         Some(_) => FailureKind::Rejected,
+        // A server that says too much is no unreachable one: not retried.
+        None if Overrun::behind(error).is_some() => FailureKind::Rejected,
         None => FailureKind::Unreachable,
     };
     let message = match error.as_db_error() {
@@ -309,6 +407,10 @@ fn classify(error: &tokio_postgres::Error, password: &str) -> Failure {
         message: redact(&message, password),
     }
 }
+
+/// The longest a server's words are quoted in a failure (and so in a condition, an Event or
+/// a log line).
+pub const QUOTED_BYTES: usize = 512;
 
 /// `message` without `secret` in it, however the server or a library quoted it.
 fn redact(message: &str, secret: &str) -> String {

@@ -154,6 +154,70 @@ pub fn default_target_in_flight(input: &ServiceInput) -> i32 {
     }
 }
 
+/// A Prometheus address as KEDA is given it: an origin (scheme, host, port) and at most a
+/// base path of plain characters. KEDA appends `/api/v1/query?query=...` to it as text, so
+/// anything more (a query, a fragment, an encoded `?` or `#`) would replace the query KEDA
+/// runs with one of the writer's. The CRD's pattern is [`PROMETHEUS_ADDRESS`]; this is the
+/// same rule with the field and the fix named (the webhook and the controllers ask it).
+pub fn prometheus_address(address: &str, field: &str) -> Result<String, String> {
+    let example = "http://prometheus-operated.monitoring.svc:9090";
+    let url = crate::render::traces::base_url(
+        address,
+        field,
+        example,
+        "a proxy of the platform's (KEDA is given no credentials here)",
+    )?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-._~/".contains(c);
+    if !url.path().chars().all(plain) || !matches_pattern(address) {
+        return Err(format!(
+            "{field}: only a scheme, host, port and a base path of letters, digits and -._~/ \
+             are allowed (KEDA appends its own query to the address), for example {example}"
+        ));
+    }
+    Ok(address.trim_end_matches('/').to_string())
+}
+
+/// The CRD's pattern for `prometheusAddress`: what [`prometheus_address`] allows.
+pub const PROMETHEUS_ADDRESS: &str = r"^https?://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9._~\-/]*)?$";
+
+/// [`PROMETHEUS_ADDRESS`] without a regex engine: scheme, a host of letters, digits, `.` and
+/// `-`, an optional port, an optional path of plain characters.
+fn matches_pattern(address: &str) -> bool {
+    let Some(rest) = address
+        .strip_prefix("http://")
+        .or_else(|| address.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (host, port) = match authority.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    };
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-".contains(c))
+        && port.is_none_or(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        && path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._~/".contains(c))
+}
+
+/// Why a service's KEDA address cannot be used (`prefix`: where the service's spec is, as
+/// `spec` or `spec.indexer`), or `None`.
+pub fn prometheus_address_refusal(
+    autoscaling: Option<&Autoscaling>,
+    prefix: &str,
+) -> Option<String> {
+    let keda = autoscaling?.keda.as_ref()?;
+    prometheus_address(
+        &keda.prometheus_address,
+        &format!("{prefix}.autoscaling.keda.prometheusAddress"),
+    )
+    .err()
+}
+
 /// KEDA's Prometheus triggers: in-flight requests per pod, and for the indexer the 429s
 /// its concurrency limit answers (which never show as in flight). `or vector(0)`: no series
 /// yet (no request since the pods started) reads as no load, not as an error.
@@ -169,7 +233,10 @@ fn triggers(input: &ServiceInput, keda: &KedaAutoscaling) -> Vec<Value> {
             "name": name,
             "metricType": "AverageValue",
             "metadata": {
-                "serverAddress": keda.prometheus_address,
+                // Refused before anything is rendered (`prometheus_address_refusal`): what
+                // could not be checked is sent nowhere.
+                "serverAddress": prometheus_address(&keda.prometheus_address, "")
+                    .unwrap_or_default(),
                 "query": query,
                 "threshold": threshold,
             },
@@ -208,6 +275,52 @@ mod tests {
             max_replicas: 3,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_prometheus_address_is_an_origin_and_a_base_path() {
+        let field = "spec.autoscaling.keda.prometheusAddress";
+        for good in [
+            "http://prometheus-operated.monitoring.svc:9090",
+            "https://thanos.example.com/",
+            "http://prometheus:9090/prometheus",
+        ] {
+            assert_eq!(
+                prometheus_address(good, field).as_deref(),
+                Ok(good.trim_end_matches('/')),
+                "{good}"
+            );
+            assert!(matches_pattern(good), "{good}");
+        }
+        // The attack of issue 54: KEDA's own query turned into a fragment never sent.
+        let attack = "http://prometheus-k8s.monitoring.svc:9090/api/v1/query?query=count(kube_secret_info%7Bnamespace%3D%22victim%22%7D)#";
+        for bad in [
+            attack,
+            "http://prometheus:9090/#",
+            "http://prometheus:9090/?",
+            "http://prometheus:9090/%3Fquery=up%23",
+            "http://user:pass@prometheus:9090",
+            "http://prometheus:9090/a b",
+            "ftp://prometheus:9090",
+            "http://:9090",
+        ] {
+            let refused = prometheus_address(bad, field).unwrap_err();
+            assert!(refused.starts_with(field), "{bad}: {refused}");
+            assert!(!matches_pattern(bad), "the CRD's pattern allows {bad}");
+        }
+    }
+
+    #[test]
+    fn a_refused_address_reaches_no_scaled_object() {
+        let mut spec = spec();
+        let mut autoscaling = keda();
+        autoscaling.keda.as_mut().unwrap().prometheus_address =
+            "http://p:9090/api/v1/query?query=up#".into();
+        assert!(prometheus_address_refusal(Some(&autoscaling), "spec").is_some());
+        spec.autoscaling = Some(Box::new(autoscaling));
+        let rendered = serde_json::to_string(&scaled_object(&input(&spec))).unwrap();
+        assert!(rendered.contains("serverAddress"), "{rendered}");
+        assert!(!rendered.contains("query=up"), "{rendered}");
     }
 
     #[test]

@@ -36,16 +36,12 @@ pub struct Exporter {
     pub probability: f64,
 }
 
-/// A collector's base URL as OTLP reads one (`OTEL_EXPORTER_OTLP_ENDPOINT`, and
-/// `spec.tracing.endpoint`): `http://` or `https://`, a host, and no user, query or fragment,
-/// which would never be sent. `field` names the setting in errors, `example` a good value,
-/// `headers` where credentials go instead.
-pub fn otlp_base(
-    text: &str,
-    field: &str,
-    example: &str,
-    headers: &str,
-) -> Result<url::Url, String> {
+/// A service's base URL, as OTLP reads one (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+/// `spec.tracing.endpoint`) and KEDA a Prometheus address: `http://` or `https://`, a host,
+/// and no user, query or fragment, which a client appending its own path would never send
+/// as such. `field` names the setting in errors, `example` a good value, `headers` where
+/// credentials go instead.
+pub fn base_url(text: &str, field: &str, example: &str, headers: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text)
         .map_err(|e| format!("{field}: {text:?} is not a URL ({e}), for example {example}"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -79,7 +75,7 @@ pub fn exporter(spec: &TracingSpec) -> Result<Exporter, String> {
         OtlpProtocol::Http => "http://collector.observability:4318",
         OtlpProtocol::Grpc => "http://collector.observability:4317",
     };
-    let url = otlp_base(&spec.endpoint, field, example, "spec.tracing.headersSecret")?;
+    let url = base_url(&spec.endpoint, field, example, "spec.tracing.headersSecret")?;
     let insecure = url.scheme() == "http";
     let host = url.host_str().unwrap_or_default();
     let Some(port) = url

@@ -7,6 +7,7 @@ use kube::api::DynamicObject;
 use super::validate::Verdict;
 use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, ServiceSpec};
 use crate::images::{self, ImagePolicy};
+use crate::render::autoscaling::prometheus_address_refusal;
 
 /// What the cluster holds, as far as the checks need it: the text of a referenced key, or
 /// why there is none; `None` when it was not read (a caller who is not known to be the
@@ -211,6 +212,7 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
             images
                 .refusal(&images::service_images(spec))
                 .or_else(|| tracing_refusal(spec.tracing.as_ref()))
+                .or_else(|| prometheus_address_refusal(spec.autoscaling.as_deref(), "spec"))
         }
         None => match resource {
             Resource::Clair(clair) => {
@@ -218,6 +220,7 @@ pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) ->
                 images
                     .refusal(&images::clair_images(&clair.spec))
                     .or_else(|| tracing_refusal(clair.spec.tracing.as_ref()))
+                    .or_else(|| clair_prometheus_refusal(&clair.spec))
             }
             _ => None,
         },
@@ -265,6 +268,18 @@ fn dropin_intervals(dropins: Vec<(&ConfigSource, String)>) -> Vec<String> {
 /// can make it work.
 fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> {
     crate::render::traces::exporter(tracing?).err()
+}
+
+/// A KEDA address of any of a Clair's services that KEDA must not be given.
+fn clair_prometheus_refusal(spec: &crate::api::ClairSpec) -> Option<String> {
+    let services = [
+        ("spec.indexer", spec.indexer.as_deref()),
+        ("spec.matcher", spec.matcher.as_deref()),
+        ("spec.notifier", spec.notifier.as_ref().map(|n| &n.service)),
+    ];
+    services.into_iter().find_map(|(prefix, overrides)| {
+        prometheus_address_refusal(overrides?.autoscaling.as_ref(), prefix)
+    })
 }
 
 fn clair_checks(clair: &Clair, lookup: &impl Lookup, warnings: &mut Vec<String>) {

@@ -306,6 +306,65 @@ pub async fn images_outside_the_allow_list_are_refused(env: &TestEnv) -> anyhow:
     Ok(())
 }
 
+/// A KEDA address that would have replaced KEDA's own query with the writer's (issue 54
+/// point 2: `.../api/v1/query?query=<PromQL>#` made KEDA run any PromQL against a shared
+/// Prometheus): refused when written, naming the field, for a service resource and a
+/// Clair's service alike. The webhook and the controllers ask the same rule
+/// (`render::autoscaling::prometheus_address`, unit-tested), for objects the CRD's pattern
+/// of an older install let in.
+pub async fn a_keda_address_cannot_carry_a_query(env: &TestEnv) -> anyhow::Result<()> {
+    let ns = env.namespace("keda-address").await?;
+    let attack = "http://prometheus-k8s.monitoring.svc:9090/api/v1/query?query=count(kube_secret_info%7Bnamespace%3D%22victim%22%7D)#";
+    let keda = |address: &str| json!({"engine": "KEDA", "maxReplicas": 3, "keda": {"prometheusAddress": address}});
+    let indexer = |address: &str| {
+        json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Indexer",
+               "metadata": {"name": "scaled"},
+               "spec": {"config": {"root": {"configMap": {"name": "cfg", "key": "config.yaml"}}},
+                        "autoscaling": keda(address)}})
+    };
+    let clair = |address: &str| {
+        let mut spec = external_spec();
+        spec["indexer"] = json!({"autoscaling": keda(address)});
+        json!({"apiVersion": "clair.projectquay.io/v1alpha1", "kind": "Clair",
+               "metadata": {"name": "scaled"}, "spec": spec})
+    };
+    let cases = [
+        (
+            indexer(attack),
+            indexer("http://prometheus.monitoring.svc:9090/"),
+            "spec.autoscaling.keda.prometheusAddress",
+        ),
+        (
+            clair(attack),
+            clair("http://prometheus.monitoring.svc:9090"),
+            "spec.indexer.autoscaling.keda.prometheusAddress",
+        ),
+    ];
+    for (bad, good, field) in cases {
+        let refused = env.kubectl_run(
+            &ns,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&bad.to_string()),
+        )?;
+        ensure!(
+            !refused.success && refused.stderr.contains(field),
+            "a KEDA address carrying a query was not refused naming {field}: {}",
+            refused.stderr
+        );
+        let accepted = env.kubectl_run(
+            &ns,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&good.to_string()),
+        )?;
+        ensure!(
+            accepted.success,
+            "a plain KEDA address was refused: {}",
+            accepted.stderr
+        );
+    }
+    Ok(())
+}
+
 /// Names that would have written forged labels into `/metrics` (a path segment taken as a
 /// subresource) or broken its parsing (a trailing quote or backslash): refused by the CRDs'
 /// name patterns before the operator sees them; the label values are a closed set anyway

@@ -60,6 +60,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         hardening::a_resource_may_not_name_a_secret_its_writer_cannot_read,
         hardening::images_outside_the_allow_list_are_refused,
         hardening::names_that_would_forge_metrics_are_refused,
+        hardening::a_keda_address_cannot_carry_a_query,
         hardening::names_that_cannot_be_derived_are_refused_and_nothing_is_adopted,
         hardening::a_template_the_webhook_never_saw_is_not_rendered,
         hardening::a_managed_database_can_be_closed_to_all_but_its_clair,

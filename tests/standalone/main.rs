@@ -6,6 +6,7 @@
 use clair_test_support as support;
 
 mod fairness;
+mod hostile_database;
 mod leader;
 mod load;
 mod memory;
@@ -44,6 +45,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         // (each removes its namespaces when it ends, but hostile Clairs go slowly).
         memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
         fairness::a_tenant_whose_databases_never_answer_slows_no_one_else,
+        hostile_database::a_database_that_declares_gigabytes_is_cut_off_and_slows_no_one,
         namespaces::tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served,
         // Last: it stops and starts the control plane's parts.
         outage::an_apiserver_restart_and_an_etcd_outage_are_ridden_out,

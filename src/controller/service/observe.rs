@@ -99,17 +99,25 @@ pub async fn observe(
     }))
 }
 
-/// Why the spec cannot be served: it asks for KEDA where the cluster serves no KEDA.
+/// Why the spec cannot be served: it asks for KEDA where the cluster serves no KEDA, or
+/// names a Prometheus address KEDA must not be given.
 pub fn keda_refusal(spec: &ServiceSpec, scaled_objects: bool) -> Option<String> {
     let asks = spec
         .autoscaling
         .as_ref()
         .is_some_and(|a| engine(a) == AutoscalingEngine::Keda);
-    (asks && !scaled_objects).then(|| {
-        "spec.autoscaling.engine: KEDA, but this cluster does not serve KEDA's \
-         keda.sh/v1alpha1 ScaledObject: install KEDA, or use engine HPA"
-            .to_string()
-    })
+    (asks && !scaled_objects)
+        .then(|| {
+            "spec.autoscaling.engine: KEDA, but this cluster does not serve KEDA's \
+             keda.sh/v1alpha1 ScaledObject: install KEDA, or use engine HPA"
+                .to_string()
+        })
+        .or_else(|| {
+            crate::render::autoscaling::prometheus_address_refusal(
+                spec.autoscaling.as_deref(),
+                "spec",
+            )
+        })
 }
 
 /// What the tuning metrics take from an autoscaler: its bounds, what it wants, and each

@@ -1,0 +1,206 @@
+//! A tenant's "database" that answers a check with an ErrorResponse claiming 2 GiB and streams
+//! bytes at it (issue 54 point 1): tokio-postgres waited for the declared length, and the
+//! operator's resident memory went from 64 MiB to 4,153 MiB in seconds (OOM-killed under its
+//! 512 Mi limit, every tenant's Clairs unreconciled). A check now reads a few kilobytes at
+//! most: it fails at the header naming why, the operator's memory stays flat, and another
+//! namespace's Clair becomes Available meanwhile.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use clair_operator::api::{Clair, Phase};
+
+use crate::operator::fleet_namespace;
+use crate::support::TestEnv;
+use crate::support::clair::{
+    apply_json, create_clair, external_spec, notifier_dropin, phase_is, wait_clair,
+    wait_clair_within,
+};
+
+/// What the hostile server streams at one connection at most, and for how long.
+const STREAMED_AT_MOST: u64 = 2 << 30;
+const STREAMING_AT_MOST: Duration = Duration::from_secs(30);
+/// The peak resident memory the attack may add to the operator (it added 4 GiB).
+const GROWTH_BOUND: u64 = 32 << 20;
+/// The other tenant's Clair must become Available within this while the attack runs.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// One connection the hostile server served: how many bytes the kernel took before the
+/// check closed it, and how long it stayed open.
+#[derive(Debug, Clone, Copy)]
+struct Served {
+    written: u64,
+    open_for: Duration,
+}
+
+/// Answers an SSL request with `N`, then, to the startup message, an ErrorResponse whose
+/// length claims 2 GiB, followed by bytes until the client closes (bounded in count and time).
+fn serve(mut stream: TcpStream) -> std::io::Result<Served> {
+    let opened = Instant::now();
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let mut request = [0u8; 1024];
+    let n = stream.read(&mut request)?;
+    // An SSL request: length 8, code 80877103.
+    if n >= 8 && request[..8] == [0, 0, 0, 8, 4, 210, 22, 47] {
+        stream.write_all(b"N")?;
+        let _startup = stream.read(&mut request)?;
+    }
+    let mut header = vec![b'E'];
+    header.extend_from_slice(&0x7fff_fff0u32.to_be_bytes());
+    stream.write_all(&header)?;
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut written = 0;
+    while written < STREAMED_AT_MOST && opened.elapsed() < STREAMING_AT_MOST {
+        match stream.write(&chunk) {
+            Ok(n) => written += n as u64,
+            Err(_) => break,
+        }
+    }
+    Ok(Served {
+        written,
+        open_for: opened.elapsed(),
+    })
+}
+
+pub async fn a_database_that_declares_gigabytes_is_cut_off_and_slows_no_one(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let (client, good) = fleet_namespace(env, "oversized-good").await?;
+    let hostile = env.namespace("oversized-hostile").await?;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let served = Arc::new(Mutex::new(Vec::<Served>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    listener.set_nonblocking(true)?;
+    let accepting = {
+        let (served, stop) = (served.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let served = served.clone();
+                std::thread::spawn(move || {
+                    if let Ok(one) = stream.set_nonblocking(false).and_then(|()| serve(stream)) {
+                        served.lock().unwrap().push(one);
+                    }
+                });
+            }
+        })
+    };
+    let result = attack(env, &client, &good, &hostile, port, &served).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = accepting.join();
+    result
+}
+
+async fn attack(
+    env: &TestEnv,
+    client: &kube::Client,
+    good: &str,
+    hostile: &str,
+    port: u16,
+    served: &Mutex<Vec<Served>>,
+) -> anyhow::Result<()> {
+    let (client, good, hostile) = (client.clone(), good.to_string(), hostile.to_string());
+    let string = format!("host=127.0.0.1 port={port} user=x password=y dbname=z");
+    apply_json::<k8s_openapi::api::core::v1::Secret>(
+        &client,
+        &hostile,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"},
+                           "stringData": {"indexer": string, "matcher": string, "notifier": string}}),
+    )
+    .await?;
+    notifier_dropin(&client, &hostile, "http://quay.example.com/notify").await?;
+    let mut operator = crate::operator::start(env, "operator-oversized", &["--no-webhook"])?;
+    create_clair(&client, &good, "before", external_spec()).await?;
+    wait_clair(
+        &client,
+        &good,
+        "before",
+        "a Clair Available before the attack",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    let baseline = operator.peak_rss()?;
+
+    let attacked = Instant::now();
+    create_clair(&client, &hostile, "oversized", external_spec()).await?;
+    let stuck = wait_clair_within(
+        BOUND,
+        &client,
+        &hostile,
+        "oversized",
+        "the hostile Clair's DatabaseReady=False naming the oversized message",
+        |c: &Clair| {
+            crate::support::clair::condition(c, "DatabaseReady").is_some_and(|d| {
+                d.status == "False" && d.message.contains("more than a check reads")
+            })
+        },
+    )
+    .await?;
+    let named_after = attacked.elapsed();
+    let message = crate::support::clair::condition(&stuck, "DatabaseReady")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    ensure!(
+        message.len() <= 1024,
+        "a condition of {} bytes: {message}",
+        message.len()
+    );
+
+    // Another tenant's Clair, while the hostile checks go on.
+    let start = Instant::now();
+    create_clair(&client, &good, "clair", external_spec()).await?;
+    wait_clair_within(
+        BOUND,
+        &client,
+        &good,
+        "clair",
+        "the other tenant's Clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    let other = start.elapsed();
+    // Let the checks be retried a few times more (each used to read 2 GiB).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    operator.check_running()?;
+    let peak = operator.peak_rss()?;
+    let served = served.lock().unwrap().clone();
+    let longest = served.iter().map(|s| s.open_for).max().unwrap_or_default();
+    let most = served.iter().map(|s| s.written).max().unwrap_or_default();
+    println!(
+        "| hostile database (2 GiB ErrorResponse) | |\n|---|---|\n\
+         | DatabaseReady=False naming it after | {:.1} s |\n\
+         | connections served | {} |\n| longest open | {:.1} s |\n\
+         | most bytes the kernel took from one | {} KiB |\n\
+         | operator peak RSS before, after | {} MiB, {} MiB |\n\
+         | another namespace's Clair Available after | {:.1} s |\n| condition | {message} |",
+        named_after.as_secs_f64(),
+        served.len(),
+        longest.as_secs_f64(),
+        most / 1024,
+        baseline >> 20,
+        peak >> 20,
+        other.as_secs_f64(),
+    );
+    ensure!(!served.is_empty(), "the hostile server was never checked");
+    // The check closes the connection at the header: what the kernel's buffers take, not 2 GiB.
+    ensure!(
+        longest < Duration::from_secs(10) && most < 64 << 20,
+        "a check held a hostile connection {longest:?} and took {most} bytes"
+    );
+    ensure!(
+        peak.saturating_sub(baseline) < GROWTH_BOUND,
+        "the operator's peak RSS grew from {} to {} MiB under the attack",
+        baseline >> 20,
+        peak >> 20
+    );
+    Ok(())
+}
