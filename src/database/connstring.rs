@@ -531,7 +531,10 @@ mod tests {
 
     #[test]
     fn a_unix_socket_host_is_refused() {
-        for text in ["host=/var/run/postgresql user=u", "postgresql://u@%2Ftmp/db"] {
+        for text in [
+            "host=/var/run/postgresql user=u",
+            "postgresql://u@%2Ftmp/db",
+        ] {
             let error = parse(text).unwrap_err();
             assert!(
                 matches!(error, ConnStringError::InvalidValue { key: "host", .. }),

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use rustls::pki_types::CertificateDer;
-use tokio_postgres::error::SqlState;
-
 use tokio_postgres::config::TargetSessionAttrs;
-use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 
 use super::bounded::{Bounded, Framed, Overrun};
 use super::connstring::{self, ConnSettings, TlsMode};
@@ -260,16 +259,14 @@ async fn connect(
         };
         let _ = socket.set_nodelay(true);
         let connected = match &tls {
-            None => match config
-                .connect_raw(Bounded::socket(socket, false), tokio_postgres::NoTls)
+            None => {
+                start(
+                    config,
+                    Bounded::socket(socket, false),
+                    tokio_postgres::NoTls,
+                )
                 .await
-            {
-                Ok((client, connection)) => {
-                    tokio::spawn(connection);
-                    Ok(client)
-                }
-                Err(e) => Err(e),
-            },
+            }
             Some(tls) => {
                 let mut make = tokio_postgres_rustls::MakeRustlsConnect::new(tls.clone());
                 let connector = MakeTlsConnect::<Bounded<tokio::net::TcpStream>>::make_tls_connect(
@@ -279,16 +276,7 @@ async fn connect(
                     kind: FailureKind::Misconfigured,
                     message: format!("{host}: {e}"),
                 })?;
-                match config
-                    .connect_raw(Bounded::socket(socket, true), Framed(connector))
-                    .await
-                {
-                    Ok((client, connection)) => {
-                        tokio::spawn(connection);
-                        Ok(client)
-                    }
-                    Err(e) => Err(e),
-                }
+                start(config, Bounded::socket(socket, true), Framed(connector)).await
             }
         };
         let client = match connected {
@@ -319,6 +307,22 @@ async fn connect(
         kind: FailureKind::Misconfigured,
         message: "the connection string names no host".to_string(),
     }))
+}
+
+/// The startup exchange over `stream`, the connection then driven in the background.
+async fn start<S, T>(
+    config: &tokio_postgres::Config,
+    stream: S,
+    tls: T,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: TlsConnect<S>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection) = config.connect_raw(stream, tls).await?;
+    tokio::spawn(connection);
+    Ok(client)
 }
 
 /// The notifier's undelivered notifications, or why they cannot be counted (its tables not

@@ -32,14 +32,7 @@ pub async fn a_tenant_whose_databases_never_answer_slows_no_one_else(
     let port = silent.local_addr()?.port();
     let string =
         format!("host=127.0.0.1 port={port} user=x password=y dbname=z connect_timeout=10");
-    apply_json::<k8s_openapi::api::core::v1::Secret>(
-        &client,
-        &hostile,
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"},
-                           "stringData": {"indexer": string, "matcher": string, "notifier": string}}),
-    )
-    .await?;
-    notifier_dropin(&client, &hostile, "http://quay.example.com/notify").await?;
+    every_database_at(&client, &hostile, &string).await?;
     let mut operator = crate::operator::start(env, "operator-fairness", &["--no-webhook"])?;
     let result = async {
         // The same Clair's time to Available with no attack, in this run, for comparison.
@@ -83,4 +76,20 @@ pub async fn a_tenant_whose_databases_never_answer_slows_no_one_else(
     .await;
     drop(silent);
     result
+}
+
+/// What [`external_spec`] reads in `ns`, every service's database at `string`.
+pub async fn every_database_at(
+    client: &kube::Client,
+    ns: &str,
+    string: &str,
+) -> anyhow::Result<()> {
+    apply_json::<k8s_openapi::api::core::v1::Secret>(
+        client,
+        ns,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"},
+                           "stringData": {"indexer": string, "matcher": string, "notifier": string}}),
+    )
+    .await?;
+    notifier_dropin(client, ns, "http://quay.example.com/notify").await
 }

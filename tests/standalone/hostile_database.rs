@@ -16,10 +16,7 @@ use clair_operator::api::{Clair, Phase};
 
 use crate::operator::fleet_namespace;
 use crate::support::TestEnv;
-use crate::support::clair::{
-    apply_json, create_clair, external_spec, notifier_dropin, phase_is, wait_clair,
-    wait_clair_within,
-};
+use crate::support::clair::{create_clair, external_spec, phase_is, wait_clair, wait_clair_within};
 
 /// What the hostile server streams at one connection at most, and for how long.
 const STREAMED_AT_MOST: u64 = 2 << 30;
@@ -110,14 +107,7 @@ async fn attack(
 ) -> anyhow::Result<()> {
     let (client, good, hostile) = (client.clone(), good.to_string(), hostile.to_string());
     let string = format!("host=127.0.0.1 port={port} user=x password=y dbname=z");
-    apply_json::<k8s_openapi::api::core::v1::Secret>(
-        &client,
-        &hostile,
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "databases"},
-                           "stringData": {"indexer": string, "matcher": string, "notifier": string}}),
-    )
-    .await?;
-    notifier_dropin(&client, &hostile, "http://quay.example.com/notify").await?;
+    crate::fairness::every_database_at(&client, &hostile, &string).await?;
     let mut operator = crate::operator::start(env, "operator-oversized", &["--no-webhook"])?;
     create_clair(&client, &good, "before", external_spec()).await?;
     wait_clair(

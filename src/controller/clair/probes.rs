@@ -99,17 +99,61 @@ struct Entry {
     /// The last check's outcome and when it ended.
     last: Option<(Result<Probed, Failure>, Instant)>,
     running: bool,
+    /// What the check started is to connect with, until it takes its turn: held here, not
+    /// by the waiting task, so that a replaced string's copies go with its entry.
+    input: Option<Input>,
     /// The Clairs that asked for it, and when they last did: woken when its result changes.
     askers: HashMap<String, Instant>,
 }
 
 #[derive(Debug)]
+struct Input {
+    settings: ConnSettings,
+    options: ProbeOptions,
+    trusted: Vec<CertificateDer<'static>>,
+}
+
+/// A service of a Clair that asks for checks: namespace, Clair, role.
+type Asker = (String, String, ServiceKind);
+
+#[derive(Debug)]
 struct Entries {
     checks: HashMap<Check, Entry>,
+    /// The check each service last asked for: one at a time, so a string rewritten in a loop
+    /// leaves one entry, not one per value.
+    asked: HashMap<Asker, Check>,
     swept: Instant,
 }
 
 impl Entries {
+    fn new(now: Instant) -> Self {
+        Entries {
+            checks: HashMap::new(),
+            asked: HashMap::new(),
+            swept: now,
+        }
+    }
+
+    /// The entry `key` asks for, its Clair counted as an asker; the check it asked for
+    /// before, if another, loses it, and goes when nobody else asks (a running check's
+    /// end then finds no entry and is dropped).
+    fn ask(&mut self, key: &Key, now: Instant) -> &mut Entry {
+        let check = key.check();
+        let asker = (key.namespace.clone(), key.clair.clone(), key.role);
+        if let Some(previous) = self.asked.insert(asker, check.clone())
+            && previous != check
+            && let Some(old) = self.checks.get_mut(&previous)
+        {
+            old.askers.remove(&key.clair);
+            if old.askers.is_empty() {
+                self.checks.remove(&previous);
+            }
+        }
+        let entry = self.checks.entry(check).or_default();
+        entry.askers.insert(key.clair.clone(), now);
+        entry
+    }
+
     /// Forgets, at most once a [`SWEEP_EVERY`], the Clairs that have not asked in
     /// [`FORGET_AFTER`] and the checks nobody asks for any more.
     fn sweep(&mut self, now: Instant) {
@@ -122,6 +166,12 @@ impl Entries {
                 .askers
                 .retain(|_, at| now.duration_since(*at) < FORGET_AFTER);
             entry.running || !entry.askers.is_empty()
+        });
+        let checks = &self.checks;
+        self.asked.retain(|(_, clair, _), check| {
+            checks
+                .get(check)
+                .is_some_and(|entry| entry.askers.contains_key(clair))
         });
     }
 }
@@ -167,10 +217,7 @@ pub struct Probes {
 impl Default for Probes {
     fn default() -> Self {
         Self {
-            entries: Mutex::new(Entries {
-                checks: HashMap::new(),
-                swept: Instant::now(),
-            }),
+            entries: Mutex::new(Entries::new(Instant::now())),
             namespaces: Mutex::new(HashMap::new()),
             wake: broadcast::channel(1024).0,
         }
@@ -198,20 +245,20 @@ impl Probes {
         let (last, start) = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries.sweep(now);
-            let entry = entries.checks.entry(key.check()).or_default();
-            entry.askers.insert(key.clair.clone(), now);
+            let entry = entries.ask(&key, now);
             let (last, start) = decide(entry, now);
-            entry.running |= start;
+            if start {
+                entry.running = true;
+                entry.input = Some(Input {
+                    settings: settings.clone(),
+                    options,
+                    trusted: trusted.to_vec(),
+                });
+            }
             (last, start)
         };
         if start {
-            self.spawn(
-                key.check(),
-                settings.clone(),
-                options,
-                trusted.to_vec(),
-                metrics,
-            );
+            self.spawn(key.check(), metrics);
         }
         match last {
             Some(result) => Outcome::Checked(result),
@@ -230,29 +277,28 @@ impl Probes {
             .clone()
     }
 
-    fn spawn(
-        self: &Arc<Self>,
-        key: Check,
-        settings: ConnSettings,
-        options: ProbeOptions,
-        trusted: Vec<CertificateDer<'static>>,
-        metrics: Arc<crate::metrics::Metrics>,
-    ) {
+    fn spawn(self: &Arc<Self>, key: Check, metrics: Arc<crate::metrics::Metrics>) {
         let probes = self.clone();
         let turns = self.namespace_turns(&key.namespace);
         tokio::spawn(async move {
             let result = {
                 let _turn = turns.acquire().await;
                 // Replaced (a new string) or forgotten while it waited: not worth a check.
-                let wanted = probes
+                let input = probes
                     .entries
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .checks
-                    .contains_key(&key);
-                if !wanted {
+                    .get_mut(&key)
+                    .and_then(|entry| entry.input.take());
+                let Some(Input {
+                    settings,
+                    options,
+                    trusted,
+                }) = input
+                else {
                     return;
-                }
+                };
                 let start = Instant::now();
                 let checked = tokio::time::timeout(
                     PROBE_DEADLINE,
@@ -392,12 +438,49 @@ mod tests {
     }
 
     #[test]
+    fn a_string_rewritten_a_hundred_times_leaves_one_check() {
+        let now = Instant::now();
+        let mut entries = Entries::new(now);
+        let other = Key::new("ns", "other", ServiceKind::Indexer, "host=shared", &[]);
+        entries.ask(&other, now);
+        let big = "x".repeat(64 * 1024);
+        for i in 0..100 {
+            let key = Key::new(
+                "ns",
+                "clair",
+                ServiceKind::Indexer,
+                &format!("host={i} {big}"),
+                &[],
+            );
+            let entry = entries.ask(&key, now);
+            entry.running = true;
+            entry.input = Some(Input {
+                settings: crate::database::connstring::parse(&format!("host=h{i} user=u")).unwrap(),
+                options: ProbeOptions::default(),
+                trusted: Vec::new(),
+            });
+        }
+        assert_eq!(
+            entries.checks.len(),
+            2,
+            "the last string's check, and the other Clair's"
+        );
+        assert_eq!(entries.asked.len(), 2);
+        // The shared string's check is kept while someone else still asks for it.
+        let shared = Key::new("ns", "clair", ServiceKind::Indexer, "host=shared", &[]);
+        entries.ask(&shared, now);
+        entries.ask(
+            &Key::new("ns", "clair", ServiceKind::Indexer, "host=new", &[]),
+            now,
+        );
+        assert_eq!(entries.checks.len(), 2);
+        assert!(entries.checks.contains_key(&other.check()));
+    }
+
+    #[test]
     fn clairs_silent_for_an_hour_and_their_checks_are_forgotten() {
         let start = Instant::now();
-        let mut entries = Entries {
-            checks: HashMap::new(),
-            swept: start,
-        };
+        let mut entries = Entries::new(start);
         let key = Key::new("ns", "clair", ServiceKind::Indexer, "host=a", &[]);
         entries
             .checks
