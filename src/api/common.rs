@@ -157,6 +157,11 @@ pub enum AutoscalingEngine {
     Keda,
 }
 
+/// The CRDs' pattern for `prometheusAddress`: a scheme, host, port and at most a base path of
+/// plain characters (`render::autoscaling::prometheus_address` is the same rule, with the
+/// field and the fix named).
+pub const PROMETHEUS_ADDRESS: &str = r"^https?://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9._~\-/]*)?$";
+
 /// KEDA's Prometheus triggers for a service: the average in-flight requests per pod of the
 /// service's main handler, and the rate of index requests refused with 429 (indexer only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
@@ -166,10 +171,7 @@ pub struct KedaAutoscaling {
     /// `pod`, as the Prometheus Operator's ServiceMonitor sets them), for example
     /// `http://prometheus-operated.monitoring.svc:9090`. KEDA queries it, not the pods.
     /// A scheme, host, port and at most a base path: KEDA appends its query to it.
-    #[schemars(
-        length(max = 256),
-        pattern(crate::render::autoscaling::PROMETHEUS_ADDRESS)
-    )]
+    #[schemars(length(max = 256), pattern(PROMETHEUS_ADDRESS))]
     pub prometheus_address: String,
     /// Average in-flight requests per pod the autoscaler keeps (index requests for the
     /// indexer, vulnerability reports for the matcher, notification pages for the

@@ -157,8 +157,9 @@ pub fn default_target_in_flight(input: &ServiceInput) -> i32 {
 /// A Prometheus address as KEDA is given it: an origin (scheme, host, port) and at most a
 /// base path of plain characters. KEDA appends `/api/v1/query?query=...` to it as text, so
 /// anything more (a query, a fragment, an encoded `?` or `#`) would replace the query KEDA
-/// runs with one of the writer's. The CRD's pattern is [`PROMETHEUS_ADDRESS`]; this is the
-/// same rule with the field and the fix named (the webhook and the controllers ask it).
+/// runs with one of the writer's. The CRDs' pattern (`api::common::PROMETHEUS_ADDRESS`) is
+/// the same rule; this one names the field and the fix (the webhook and the controllers ask
+/// it).
 pub fn prometheus_address(address: &str, field: &str) -> Result<String, String> {
     let example = "http://prometheus-operated.monitoring.svc:9090";
     let url = crate::render::traces::base_url(
@@ -177,11 +178,8 @@ pub fn prometheus_address(address: &str, field: &str) -> Result<String, String> 
     Ok(address.trim_end_matches('/').to_string())
 }
 
-/// The CRD's pattern for `prometheusAddress`: what [`prometheus_address`] allows.
-pub const PROMETHEUS_ADDRESS: &str = r"^https?://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9._~\-/]*)?$";
-
-/// [`PROMETHEUS_ADDRESS`] without a regex engine: scheme, a host of letters, digits, `.` and
-/// `-`, an optional port, an optional path of plain characters.
+/// The CRDs' pattern (`api::common::PROMETHEUS_ADDRESS`) without a regex engine: a scheme,
+/// a host of letters, digits, `.` and `-`, an optional port, a path of plain characters.
 fn matches_pattern(address: &str) -> bool {
     let Some(rest) = address
         .strip_prefix("http://")
@@ -280,6 +278,7 @@ mod tests {
     #[test]
     fn a_prometheus_address_is_an_origin_and_a_base_path() {
         let field = "spec.autoscaling.keda.prometheusAddress";
+        let pattern = regex::Regex::new(crate::api::common::PROMETHEUS_ADDRESS).unwrap();
         for good in [
             "http://prometheus-operated.monitoring.svc:9090",
             "https://thanos.example.com/",
@@ -291,6 +290,7 @@ mod tests {
                 "{good}"
             );
             assert!(matches_pattern(good), "{good}");
+            assert!(pattern.is_match(good), "the CRD's pattern refuses {good}");
         }
         // The attack of issue 54: KEDA's own query turned into a fragment never sent.
         let attack = "http://prometheus-k8s.monitoring.svc:9090/api/v1/query?query=count(kube_secret_info%7Bnamespace%3D%22victim%22%7D)#";
@@ -306,7 +306,8 @@ mod tests {
         ] {
             let refused = prometheus_address(bad, field).unwrap_err();
             assert!(refused.starts_with(field), "{bad}: {refused}");
-            assert!(!matches_pattern(bad), "the CRD's pattern allows {bad}");
+            assert!(!matches_pattern(bad), "{bad}");
+            assert!(!pattern.is_match(bad), "the CRD's pattern allows {bad}");
         }
     }
 
