@@ -149,6 +149,18 @@ pub struct ClairSpec {
     pub quay: Option<QuaySpec>,
 }
 
+impl ClairSpec {
+    /// What the spec sets for one of its services (`spec.indexer`, `spec.matcher`, the
+    /// notifier's service settings).
+    pub fn overrides(&self, role: super::ServiceKind) -> Option<&ServiceOverrides> {
+        match role {
+            super::ServiceKind::Indexer => self.indexer.as_deref(),
+            super::ServiceKind::Matcher => self.matcher.as_deref(),
+            super::ServiceKind::Notifier => self.notifier.as_ref().map(|n| &n.service),
+        }
+    }
+}
+
 /// A Quay that uses this Clair.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]

@@ -145,11 +145,7 @@ impl<S> Bounded<S> {
 
     /// The plaintext inside TLS: messages from the first byte.
     fn plaintext(inner: S) -> Self {
-        Self {
-            inner,
-            read: 0,
-            frames: Frames::HEADER,
-        }
+        Self::socket(inner, false)
     }
 
     fn overrun(overrun: Overrun) -> io::Error {

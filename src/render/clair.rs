@@ -103,11 +103,7 @@ impl ClairInput<'_> {
     }
 
     pub fn overrides(&self, role: ServiceKind) -> Option<&ServiceOverrides> {
-        match role {
-            ServiceKind::Indexer => self.spec.indexer.as_deref(),
-            ServiceKind::Matcher => self.spec.matcher.as_deref(),
-            ServiceKind::Notifier => self.spec.notifier.as_ref().map(|n| &n.service),
-        }
+        self.spec.overrides(role)
     }
 
     pub fn config_secret_name(&self) -> String {

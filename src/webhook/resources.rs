@@ -272,13 +272,12 @@ fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> 
 
 /// A KEDA address of any of a Clair's services that KEDA must not be given.
 fn clair_prometheus_refusal(spec: &crate::api::ClairSpec) -> Option<String> {
-    let services = [
-        ("spec.indexer", spec.indexer.as_deref()),
-        ("spec.matcher", spec.matcher.as_deref()),
-        ("spec.notifier", spec.notifier.as_ref().map(|n| &n.service)),
-    ];
-    services.into_iter().find_map(|(prefix, overrides)| {
-        prometheus_address_refusal(overrides?.autoscaling.as_ref(), prefix)
+    use strum::VariantArray;
+    crate::api::ServiceKind::VARIANTS.iter().find_map(|&role| {
+        prometheus_address_refusal(
+            spec.overrides(role)?.autoscaling.as_ref(),
+            &format!("spec.{role}"),
+        )
     })
 }
 
