@@ -26,8 +26,8 @@ pub struct Settings {
     pub metrics_listen: SocketAddr,
     /// The admission webhooks, or none (then no template is re-rendered either).
     pub webhook: Option<webhook::register::Settings>,
-    /// The images resources may run.
-    pub images: crate::images::ImagePolicy,
+    /// What tenants may name.
+    pub platform: crate::platform::Platform,
     /// The namespaces watched and written; the whole cluster when empty.
     pub namespaces: Vec<String>,
     /// How often an Available `Clair` is looked at again with nothing changed.
@@ -131,7 +131,7 @@ pub async fn run(
             ))
         });
     let controllers = controller::Controllers {
-        images: settings.images.clone(),
+        platform: settings.platform.clone(),
         template_seal: seal,
         namespaces: settings.namespaces.clone(),
         telemetry,

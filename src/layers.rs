@@ -15,8 +15,8 @@ const LAYERS: &[&[&str]] = &[
     // Reading the ConfigMap and Secret keys resources reference; the images they may run;
     // the metrics and health checks everything above reports into; the reconciles' spans.
     &["sources", "images", "metrics", "leader", "telemetry"],
-    // Resolving template references.
-    &["templating"],
+    // Resolving template references; what the platform lets tenants name.
+    &["templating", "platform"],
     // The controllers and the admission webhooks.
     &["controller", "webhook"],
     // The OLM bundle, made from the installs and the webhooks' own registration; `render`,

@@ -16,6 +16,7 @@ pub mod machine;
 pub mod metrics;
 pub mod offline;
 pub mod olm;
+pub mod platform;
 pub mod render;
 pub mod sources;
 pub mod telemetry;

@@ -87,6 +87,9 @@ enum Command {
         /// As `run --allowed-images`: images outside these prefixes are refused.
         #[arg(long, value_delimiter = ',')]
         allowed_images: Vec<String>,
+        /// As `run --allowed-prometheus`: KEDA addresses of other origins are refused.
+        #[arg(long, value_delimiter = ',')]
+        allowed_prometheus: Vec<String>,
     },
     /// Draw the phase state machines as Mermaid diagrams, or write them into a folder.
     Diagrams {
@@ -143,7 +146,15 @@ fn main() -> ExitCode {
             namespace,
             serves,
             allowed_images,
-        } => render(&files, output, &serves, namespace, allowed_images),
+            allowed_prometheus,
+        } => render(
+            &files,
+            output,
+            &serves,
+            namespace,
+            allowed_images,
+            allowed_prometheus,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -207,6 +218,24 @@ struct RunArgs {
     /// and never rendered.
     #[arg(long, env = "CLAIR_OPERATOR_ALLOWED_IMAGES", value_delimiter = ',')]
     allowed_images: Vec<String>,
+    /// The Prometheus origins a resource may give KEDA to query
+    /// (`http://prometheus-operated.monitoring.svc:9090`); any when unset. Others are
+    /// refused by the webhook and never rendered.
+    #[arg(long, env = "CLAIR_OPERATOR_ALLOWED_PROMETHEUS", value_delimiter = ',')]
+    allowed_prometheus: Vec<String>,
+    /// The networks the external databases' checks may connect to (`10.0.0.0/8,fd00::/8`),
+    /// as the names resolve; any when unset, but those of `--database-networks-refused`.
+    #[arg(long, env = "CLAIR_OPERATOR_DATABASE_NETWORKS", value_delimiter = ',')]
+    database_networks: Vec<String>,
+    /// The networks the checks never connect to, whatever `--database-networks` says: by
+    /// default loopback, the unspecified address and link-local (the operator's own pod, a
+    /// cloud's metadata service); `none` for no such network.
+    #[arg(
+        long,
+        env = "CLAIR_OPERATOR_DATABASE_NETWORKS_REFUSED",
+        value_delimiter = ','
+    )]
+    database_networks_refused: Option<Vec<String>>,
     /// Watch and write only in these namespaces (`team-a,team-b`): Roles in each of them
     /// suffice (`deploy/namespaced`), and the webhooks see only them. The whole cluster
     /// when unset.
@@ -262,15 +291,24 @@ impl RunArgs {
         Ok(launch::Settings {
             metrics_listen: self.metrics_listen,
             webhook,
-            images: self.images(),
+            platform: self.platform()?,
             namespaces: self.namespaces()?,
             available_recheck: std::time::Duration::from_secs(self.available_recheck_seconds),
             election,
         })
     }
 
-    fn images(&self) -> clair_operator::images::ImagePolicy {
-        clair_operator::images::ImagePolicy::new(self.allowed_images.iter().cloned())
+    /// What tenants may name, each flag checked.
+    fn platform(&self) -> Result<clair_operator::platform::Platform, String> {
+        use clair_operator::database::networks::Networks;
+        Ok(clair_operator::platform::Platform {
+            images: clair_operator::images::ImagePolicy::new(self.allowed_images.iter().cloned()),
+            prometheus: clair_operator::platform::Origins::parse(&self.allowed_prometheus)?,
+            databases: Networks::parse(
+                &self.database_networks,
+                self.database_networks_refused.as_deref(),
+            )?,
+        })
     }
 
     /// The namespaces in scope, each a valid namespace name.
@@ -334,7 +372,7 @@ impl RunArgs {
             recheck: std::time::Duration::from_secs(self.webhook_recheck_seconds),
             mounted: self.webhook_cert_dir.clone(),
             register: !self.no_webhook_registration,
-            images: self.images(),
+            platform: self.platform()?,
             namespaces: self.namespaces()?,
             callers: match &self.webhook_client_ca {
                 Some(ca) => webhook::callers::Callers::Apiserver {
@@ -405,12 +443,14 @@ fn render(
     serves: &[offline::Served],
     namespace: String,
     allowed_images: Vec<String>,
+    allowed_prometheus: Vec<String>,
 ) -> Result<(), String> {
-    let options = offline::Options::serving(
-        serves,
-        namespace,
-        clair_operator::images::ImagePolicy::new(allowed_images),
-    );
+    let platform = clair_operator::platform::Platform {
+        images: clair_operator::images::ImagePolicy::new(allowed_images),
+        prometheus: clair_operator::platform::Origins::parse(&allowed_prometheus)?,
+        ..Default::default()
+    };
+    let options = offline::Options::serving(serves, namespace, platform);
     let documents = offline::read_files(files)?;
     let rendered = offline::render(documents, &options).map_err(|e| e.to_string())?;
     for warning in &rendered.warnings {

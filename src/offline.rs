@@ -34,9 +34,9 @@ use crate::controller::service::observe as service_observe;
 use crate::controller::{self, clair, service};
 use crate::database::connstring::ConnSettings;
 use crate::database::probe::{ProbeOptions, Probed};
-use crate::images::ImagePolicy;
 use crate::machine::conditions::ConditionType;
 use crate::machine::{ApplyPlan, Decision};
+use crate::platform::Platform;
 use crate::render::clair::ClairInput;
 use crate::render::owned::{ClairObjects, Owned, ServiceObjects, Write};
 use crate::render::pod::PodUsers;
@@ -64,8 +64,8 @@ pub struct Options {
     pub service_monitors: bool,
     pub scaled_objects: bool,
     pub postgres_clusters: bool,
-    /// `--allowed-images`, as the operator would run with.
-    pub images: ImagePolicy,
+    /// What tenants may name, as the operator would run with.
+    pub platform: Platform,
 }
 
 /// Why nothing was rendered.
@@ -209,8 +209,8 @@ impl Observer for Offline<'_> {
         }
     }
 
-    fn images(&self) -> &ImagePolicy {
-        &self.options.images
+    fn platform(&self) -> &Platform {
+        &self.options.platform
     }
 }
 
@@ -358,7 +358,7 @@ fn admit(
             })
             .collect(),
     );
-    let verdict = resources::check(resource, &fetched, &options.images);
+    let verdict = resources::check(resource, &fetched, &options.platform);
     let object = format!(
         "{} {}",
         resource.kind(),
@@ -476,8 +476,8 @@ pub enum Served {
 }
 
 impl Options {
-    /// The options of a cluster serving `served`, rendering into `namespace` with `images`.
-    pub fn serving(served: &[Served], namespace: String, images: ImagePolicy) -> Self {
+    /// The options of a cluster serving `served`, rendering into `namespace` under `platform`.
+    pub fn serving(served: &[Served], namespace: String, platform: Platform) -> Self {
         Self {
             namespace,
             users: if served.contains(&Served::Scc) {
@@ -492,7 +492,7 @@ impl Options {
             service_monitors: served.contains(&Served::Servicemonitor),
             scaled_objects: served.contains(&Served::Scaledobject),
             postgres_clusters: served.contains(&Served::Cloudnativepg),
-            images,
+            platform,
         }
     }
 }
@@ -922,7 +922,10 @@ spec:
     fn an_image_outside_the_allowed_ones_is_refused() {
         let example = include_str!("../examples/clair.yaml");
         let options = Options {
-            images: ImagePolicy::new(["registry.example/".to_string()]),
+            platform: Platform {
+                images: crate::images::ImagePolicy::new(["registry.example/".to_string()]),
+                ..Default::default()
+            },
             ..options()
         };
         let error = render(documents(example).unwrap(), &options).unwrap_err();

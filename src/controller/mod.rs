@@ -524,8 +524,8 @@ pub struct Context {
     pub events: events::Events,
     pub capabilities: capabilities::Capabilities,
     pub retries: RetryPolicy,
-    /// The images resources may run.
-    pub images: crate::images::ImagePolicy,
+    /// What tenants may name.
+    pub platform: crate::platform::Platform,
     /// The key the templating webhook seals what it admitted with.
     pub template_seal: Option<crate::templating::seal::Seal>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -563,7 +563,7 @@ impl Context {
             events: events::Events::new(client.clone(), reporter),
             capabilities: capabilities::Capabilities::new(client.clone()),
             retries: RetryPolicy::default(),
-            images: controllers.images.clone(),
+            platform: controllers.platform.clone(),
             template_seal: controllers.template_seal.clone(),
             metrics: controllers.telemetry.metrics.clone(),
             available_recheck: controllers.available_recheck,
@@ -583,8 +583,9 @@ impl Context {
 /// Which controllers run, and how.
 #[derive(Clone, Debug)]
 pub struct Controllers {
-    /// The images resources may run (`--allowed-images`).
-    pub images: crate::images::ImagePolicy,
+    /// What tenants may name (`--allowed-images`, `--allowed-prometheus`, the database
+    /// networks).
+    pub platform: crate::platform::Platform,
     /// With the templating webhook's key: re-render templated ConfigMaps and Secrets when
     /// what they reference changes, those the webhook sealed only (the re-render uses the
     /// operator's access, safe only for templates whose author the webhook checked).

@@ -27,7 +27,7 @@ use super::service::workload::DeploymentState;
 use super::{Context, Error};
 use crate::database::connstring::ConnSettings;
 use crate::database::probe::ProbeOptions;
-use crate::images::ImagePolicy;
+use crate::platform::Platform;
 use crate::sources::ObjectSource;
 
 /// A namespaced kind an observe step can read by name.
@@ -147,8 +147,8 @@ pub trait Observer: ObjectSource {
     /// Whether the cluster serves `api`.
     fn serves(&self, api: OptionalApi) -> impl Future<Output = bool> + Send;
 
-    /// The images resources may run (`--allowed-images`).
-    fn images(&self) -> &ImagePolicy;
+    /// What tenants may name: images, KEDA origins, database networks.
+    fn platform(&self) -> &Platform;
 }
 
 /// Read once, then from [`super::contents`] while unchanged.
@@ -333,8 +333,14 @@ impl Observer for Context {
         options: ProbeOptions,
         trusted: &[CertificateDer<'static>],
     ) -> probes::Outcome {
-        self.probes
-            .result(key, settings, options, trusted, self.metrics.clone())
+        self.probes.result(
+            key,
+            settings,
+            options,
+            trusted,
+            &self.platform.databases,
+            self.metrics.clone(),
+        )
     }
 
     fn generate(&self, credential: Credential, _key: &str) -> Result<String, Error> {
@@ -348,7 +354,7 @@ impl Observer for Context {
         self.capabilities.serves(api).await
     }
 
-    fn images(&self) -> &ImagePolicy {
-        &self.images
+    fn platform(&self) -> &Platform {
+        &self.platform
     }
 }

@@ -4,5 +4,6 @@
 pub mod bounded;
 pub mod budget;
 pub mod connstring;
+pub mod networks;
 pub mod probe;
 pub mod tls;

@@ -185,20 +185,6 @@ fn address_pattern() -> &'static regex::Regex {
     &PATTERN
 }
 
-/// Why a service's KEDA address cannot be used (`prefix`: where the service's spec is, as
-/// `spec` or `spec.indexer`), or `None`.
-pub fn prometheus_address_refusal(
-    autoscaling: Option<&Autoscaling>,
-    prefix: &str,
-) -> Option<String> {
-    let keda = autoscaling?.keda.as_ref()?;
-    prometheus_address(
-        &keda.prometheus_address,
-        &format!("{prefix}.autoscaling.keda.prometheusAddress"),
-    )
-    .err()
-}
-
 /// KEDA's Prometheus triggers: in-flight requests per pod, and for the indexer the 429s
 /// its concurrency limit answers (which never show as in flight). `or vector(0)`: no series
 /// yet (no request since the pods started) reads as no load, not as an error.
@@ -214,7 +200,7 @@ fn triggers(input: &ServiceInput, keda: &KedaAutoscaling) -> Vec<Value> {
             "name": name,
             "metricType": "AverageValue",
             "metadata": {
-                // Refused before anything is rendered (`prometheus_address_refusal`): what
+                // Refused before anything is rendered (`platform::Platform`): what
                 // could not be checked is sent nowhere.
                 "serverAddress": prometheus_address(&keda.prometheus_address, "")
                     .unwrap_or_default(),
@@ -298,7 +284,9 @@ mod tests {
         let mut autoscaling = keda();
         autoscaling.keda.as_mut().unwrap().prometheus_address =
             "http://p:9090/api/v1/query?query=up#".into();
-        assert!(prometheus_address_refusal(Some(&autoscaling), "spec").is_some());
+        assert!(
+            prometheus_address(&autoscaling.keda.as_ref().unwrap().prometheus_address, "").is_err()
+        );
         spec.autoscaling = Some(Box::new(autoscaling));
         let rendered = serde_json::to_string(&scaled_object(&input(&spec))).unwrap();
         assert!(rendered.contains("serverAddress"), "{rendered}");

@@ -58,8 +58,8 @@ pub struct Settings {
     /// Whether this operator writes the webhook configurations (and their `caBundle`);
     /// false when the installer does (OLM, from the bundle's `webhookdefinitions`).
     pub register: bool,
-    /// The images resources may run: the resource webhook refuses others.
-    pub images: crate::images::ImagePolicy,
+    /// What tenants may name: the resource webhook refuses the rest.
+    pub platform: crate::platform::Platform,
     /// The namespaces the operator serves (`--namespaces`); every namespace when empty.
     /// The webhooks are called for objects in these only.
     pub namespaces: Vec<String>,
@@ -298,7 +298,7 @@ pub async fn run(
     let tls_for_server = tls.clone();
     let shared = server::Shared {
         client: client.clone(),
-        images: settings.images.clone(),
+        platform: settings.platform.clone(),
         seal,
         metrics: telemetry.metrics.clone(),
         authenticated: settings.callers.authenticated(),

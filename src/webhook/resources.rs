@@ -6,8 +6,8 @@ use kube::api::DynamicObject;
 
 use super::validate::Verdict;
 use crate::api::{Clair, ConfigSource, Indexer, Matcher, Notifier, ServiceSpec};
-use crate::images::{self, ImagePolicy};
-use crate::render::autoscaling::prometheus_address_refusal;
+use crate::images;
+use crate::platform::Platform;
 
 /// What the cluster holds, as far as the checks need it: the text of a referenced key, or
 /// why there is none; `None` when it was not read (a caller who is not known to be the
@@ -204,23 +204,23 @@ impl Resource {
 }
 
 /// The verdict on a decoded resource.
-pub fn check(resource: &Resource, lookup: &impl Lookup, images: &ImagePolicy) -> Verdict {
+pub fn check(resource: &Resource, lookup: &impl Lookup, platform: &Platform) -> Verdict {
     let mut warnings = Vec::new();
     let refused = match resource.service() {
         Some((spec, mode)) => {
             service_checks(spec, mode, lookup, &mut warnings);
-            images
+            (platform.images)
                 .refusal(&images::service_images(spec))
                 .or_else(|| tracing_refusal(spec.tracing.as_ref()))
-                .or_else(|| prometheus_address_refusal(spec.autoscaling.as_deref(), "spec"))
+                .or_else(|| platform.prometheus_refusal(spec.autoscaling.as_deref(), "spec"))
         }
         None => match resource {
             Resource::Clair(clair) => {
                 clair_checks(clair, lookup, &mut warnings);
-                images
+                (platform.images)
                     .refusal(&images::clair_images(&clair.spec))
                     .or_else(|| tracing_refusal(clair.spec.tracing.as_ref()))
-                    .or_else(|| clair_prometheus_refusal(&clair.spec))
+                    .or_else(|| clair_prometheus_refusal(&clair.spec, platform))
             }
             _ => None,
         },
@@ -271,10 +271,10 @@ fn tracing_refusal(tracing: Option<&crate::api::TracingSpec>) -> Option<String> 
 }
 
 /// A KEDA address of any of a Clair's services that KEDA must not be given.
-fn clair_prometheus_refusal(spec: &crate::api::ClairSpec) -> Option<String> {
+fn clair_prometheus_refusal(spec: &crate::api::ClairSpec, platform: &Platform) -> Option<String> {
     use strum::VariantArray;
     crate::api::ServiceKind::VARIANTS.iter().find_map(|&role| {
-        prometheus_address_refusal(
+        platform.prometheus_refusal(
             spec.overrides(role)?.autoscaling.as_ref(),
             &format!("spec.{role}"),
         )
@@ -398,6 +398,7 @@ impl Lookup for Unread {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::images::ImagePolicy;
     use serde_json::{Value, json};
 
     struct Cluster(Vec<(String, String)>);
@@ -424,7 +425,11 @@ mod tests {
         images: &ImagePolicy,
     ) -> Verdict {
         let resource = Resource::decode(object, kind).unwrap().unwrap();
-        super::check(&resource, lookup, images)
+        let platform = Platform {
+            images: images.clone(),
+            ..Default::default()
+        };
+        super::check(&resource, lookup, &platform)
     }
 
     fn indexer(extra: Value) -> DynamicObject {

@@ -10,7 +10,7 @@ use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tracing::{debug, warn};
 
-use crate::images::ImagePolicy;
+use crate::platform::Platform;
 use crate::templating::seal::Seal;
 
 use super::{
@@ -22,8 +22,8 @@ use super::{
 #[derive(Clone)]
 pub struct Shared {
     pub client: Client,
-    /// The images resources may run.
-    pub images: ImagePolicy,
+    /// What tenants may name.
+    pub platform: Platform,
     /// The key that seals admitted templates.
     pub seal: Seal,
     /// Where admissions are counted.
@@ -210,7 +210,7 @@ async fn validate_config(State(shared): State<Shared>, Json(review): Review) -> 
 async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -> Review {
     let Shared {
         client,
-        images,
+        platform,
         authenticated,
         own_user,
         ..
@@ -239,7 +239,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         {
             return conclude(
                 response,
-                resources::check(&resource, &resources::Unread, &images),
+                resources::check(&resource, &resources::Unread, &platform),
             );
         }
         let sources = resource.sources();
@@ -270,7 +270,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         if !authenticated {
             return conclude(
                 response,
-                resources::check(&resource, &resources::Unread, &images),
+                resources::check(&resource, &resources::Unread, &platform),
             );
         }
         let mut fetched = Vec::new();
@@ -285,7 +285,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         }
         conclude(
             response,
-            resources::check(&resource, &resources::Fetched(fetched), &images),
+            resources::check(&resource, &resources::Fetched(fetched), &platform),
         )
     })
     .await

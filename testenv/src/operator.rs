@@ -53,6 +53,15 @@ impl ControlPlane {
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", &launch.name)
             .envs(launch.env.iter().map(|(k, v)| (k, v)));
+        // The harness's databases are on loopback, which a deployed operator's checks
+        // refuse by default: reached unless the arguments say otherwise.
+        if !launch
+            .args
+            .iter()
+            .any(|arg| arg.starts_with("--database-networks-refused"))
+        {
+            command.arg("--database-networks-refused=none");
+        }
         if launch.loopback_webhook {
             command.args([
                 format!("--webhook-listen=127.0.0.1:{webhook_port}"),

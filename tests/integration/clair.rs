@@ -349,6 +349,10 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
     let prefix = external_inputs(env, &client, &ns).await?;
     let port = env.postgres.port;
     let indexer = format!("{prefix}_indexer");
+    // A listener in a network the test operator's checks may not reach: never dialled.
+    let refused = std::net::TcpListener::bind((crate::support::REFUSED_DATABASE_HOST, 0))?;
+    refused.set_nonblocking(true)?;
+    let refused_port = refused.local_addr()?.port();
     let cases = [
         (
             "wrong-password",
@@ -382,6 +386,15 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
                 "postgresql://{indexer}:{PASSWORD}@localhost:{port}/{indexer}?sslmode=verify-full"
             ),
             "DatabaseUnreachable",
+            PASSWORD,
+        ),
+        (
+            "refused-network",
+            format!(
+                "host={} port={refused_port} user={indexer} password={PASSWORD} dbname={indexer}",
+                crate::support::REFUSED_DATABASE_HOST
+            ),
+            "DatabaseMisconfigured",
             PASSWORD,
         ),
     ];
@@ -437,16 +450,26 @@ pub async fn database_failures_are_told_apart_and_nothing_rolls(
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
         ensure!(secrets.get_opt(&format!("{name}-config")).await?.is_none());
     }
-    let unverified = Api::<Clair>::namespaced(client.clone(), &ns)
-        .get("unverified")
-        .await?;
-    let message = &condition(&unverified, "DatabaseReady")
-        .context("DatabaseReady")?
-        .message;
+    let dialled = refused.accept();
     ensure!(
-        message.contains("certificate"),
-        "says why TLS failed: {message}"
+        dialled
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "a check dialled a network the operator refuses: {dialled:?}"
     );
+    // What the tenant is told to fix.
+    for (name, fix) in [
+        ("refused-network", "--database-networks"),
+        ("unverified", "certificate"),
+    ] {
+        let clair = Api::<Clair>::namespaced(client.clone(), &ns)
+            .get(name)
+            .await?;
+        let message = &condition(&clair, "DatabaseReady")
+            .context("DatabaseReady")?
+            .message;
+        ensure!(message.contains(fix), "{name}: says {fix:?}: {message}");
+    }
 
     // TLS as the string asks: sslmode=require encrypts without verifying, and connects.
     let secret = Api::<Secret>::namespaced(client.clone(), &ns)
@@ -615,9 +638,13 @@ pub async fn a_managed_database_keeps_its_claims_when_the_clair_is_deleted(
                 "host='127.0.0.1'",
             )
             .replace("port='5432'", &format!("port='{}'", env.postgres.port));
-        clair_operator::database::probe::probe(&text, Default::default())
-            .await
-            .map_err(|f| anyhow::anyhow!("{service}: {}", f.message))?;
+        clair_operator::database::probe::probe(
+            &text,
+            Default::default(),
+            &crate::support::platform().databases,
+        )
+        .await
+        .map_err(|f| anyhow::anyhow!("{service}: {}", f.message))?;
     }
     let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &ns);
     ensure!(

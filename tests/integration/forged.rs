@@ -166,7 +166,7 @@ pub async fn a_webhook_open_to_anyone_answers_from_the_request_alone(
         recheck: Duration::from_secs(60),
         mounted: Some(dir.path().to_path_buf()),
         register: false,
-        images: crate::support::allowed_images(),
+        platform: crate::support::platform(),
         namespaces: Vec::new(),
         callers: Default::default(),
     };

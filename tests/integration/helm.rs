@@ -217,6 +217,9 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         "metrics.grafanaDashboards.enabled=true",
         "namespaces={team-a,team-b}",
         "allowedImages={quay.io/projectquay/}",
+        "allowedPrometheus={http://prometheus-operated.monitoring.svc:9090}",
+        "databaseNetworks={10.0.0.0/8,fd00::/8}",
+        "databaseNetworksRefused={none}",
         "logFormat=json",
         "replicas=3",
         "image.tag=0.2.0",
@@ -314,6 +317,12 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
     for (name, value) in [
         ("CLAIR_OPERATOR_NAMESPACES", "team-a,team-b"),
         ("CLAIR_OPERATOR_ALLOWED_IMAGES", "quay.io/projectquay/"),
+        (
+            "CLAIR_OPERATOR_ALLOWED_PROMETHEUS",
+            "http://prometheus-operated.monitoring.svc:9090",
+        ),
+        ("CLAIR_OPERATOR_DATABASE_NETWORKS", "10.0.0.0/8,fd00::/8"),
+        ("CLAIR_OPERATOR_DATABASE_NETWORKS_REFUSED", "none"),
         ("CLAIR_OPERATOR_LOG_FORMAT", "json"),
         (
             "CLAIR_OPERATOR_WEBHOOK_CLIENT_CA",

@@ -211,7 +211,10 @@ pub async fn the_operator_serves_olms_certificate_and_leaves_the_configurations_
         recheck: Duration::from_secs(1),
         mounted: Some(dir.path().to_path_buf()),
         register: false,
-        images: clair_operator::images::ImagePolicy::new(["registry.example/".to_string()]),
+        platform: clair_operator::platform::Platform {
+            images: clair_operator::images::ImagePolicy::new(["registry.example/".to_string()]),
+            ..Default::default()
+        },
         namespaces: vec![ns.clone()],
         callers: Default::default(),
     };

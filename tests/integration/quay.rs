@@ -244,7 +244,7 @@ pub async fn the_notifiers_undelivered_notifications_are_counted_from_its_receip
         ..Default::default()
     };
     let check = || async {
-        probe(&string, options)
+        probe(&string, options, &crate::support::platform().databases)
             .await
             .map_err(|f| anyhow::anyhow!("the check failed: {}", f.message))?
             .undelivered
@@ -296,9 +296,13 @@ pub async fn the_notifiers_undelivered_notifications_are_counted_from_its_receip
         "three waiting, the failed one ten minutes old: {undelivered:?}"
     );
     // Not asked (another service's database): not counted.
-    let plain = probe(&string, Default::default())
-        .await
-        .map_err(|f| anyhow::anyhow!("{}", f.message))?;
+    let plain = probe(
+        &string,
+        Default::default(),
+        &crate::support::platform().databases,
+    )
+    .await
+    .map_err(|f| anyhow::anyhow!("{}", f.message))?;
     ensure!(plain.undelivered.is_none(), "{plain:?}");
     // A tenant's own `receipt` of another shape: the check still succeeds, nothing counted,
     // and the server's reason is kept.

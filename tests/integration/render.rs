@@ -11,7 +11,7 @@ use kube::api::Api;
 use serde_json::{Value, json};
 
 use crate::support::clair::{available_clair, external_spec};
-use crate::support::{CLUSTER_WIDE_CHANGES, TestEnv, allowed_images};
+use crate::support::{CLUSTER_WIDE_CHANGES, TestEnv};
 
 pub async fn render_makes_what_a_reconcile_applies(env: &TestEnv) -> anyhow::Result<()> {
     // No optional API appears meanwhile (render is told what the cluster serves).
@@ -42,7 +42,7 @@ pub async fn render_makes_what_a_reconcile_applies(env: &TestEnv) -> anyhow::Res
     ));
     let options = offline::Options {
         namespace: ns.clone(),
-        images: allowed_images(),
+        platform: crate::support::platform(),
         ..Default::default()
     };
     let rendered = offline::render(documents, &options)?;

@@ -481,7 +481,7 @@ pub async fn a_mounted_certificate_is_served_and_reloaded(env: &TestEnv) -> anyh
         recheck: Duration::from_secs(1),
         mounted: Some(dir.path().to_path_buf()),
         register: true,
-        images: crate::support::allowed_images(),
+        platform: crate::support::platform(),
         namespaces: vec![own],
         callers: Default::default(),
     };

@@ -19,7 +19,6 @@ use rustls::pki_types::ServerName;
 
 use axum_server::tls_rustls::RustlsConfig;
 use clair_operator::api::keys;
-use clair_operator::images::ImagePolicy;
 use clair_operator::webhook::certs::{self, Bundle};
 use clair_operator::webhook::register::{Settings, Target};
 use clair_operator::webhook::replicas;
@@ -317,7 +316,7 @@ pub async fn replicas_are_asked_which_ca_they_serve(env: &TestEnv) -> anyhow::Re
         recheck: Duration::from_secs(1),
         mounted: None,
         register: true,
-        images: ImagePolicy::new(Vec::<String>::new()),
+        platform: Default::default(),
         namespaces: Vec::new(),
         callers: Default::default(),
     };

@@ -13,6 +13,7 @@ mod memory;
 mod namespaces;
 mod operator;
 mod outage;
+mod platform;
 mod restart;
 mod scope;
 mod unreadable;
@@ -46,6 +47,8 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         memory::what_tenants_make_the_operator_hold_is_bounded_in_total,
         fairness::a_tenant_whose_databases_never_answer_slows_no_one_else,
         hostile_database::a_database_that_declares_gigabytes_is_cut_off_and_slows_no_one,
+        hostile_database::a_string_rewritten_a_hundred_times_leaves_memory_flat,
+        platform::the_platforms_lists_hold_for_keda_and_database_checks,
         namespaces::tens_of_namespaces_keep_the_lease_renewed_and_every_clair_is_served,
         // Last: it stops and starts the control plane's parts.
         outage::an_apiserver_restart_and_an_etcd_outage_are_ridden_out,

@@ -57,7 +57,7 @@ impl Operator {
         let settings = launch::Settings {
             metrics_listen: metrics,
             webhook: Some(webhook_settings(plane, webhook_port)),
-            images: allowed_images(),
+            platform: platform(),
             namespaces: Vec::new(),
             // Quick, so the database-loss test sees a probe soon.
             available_recheck: Duration::from_secs(10),
@@ -122,6 +122,26 @@ pub fn allowed_images() -> clair_operator::images::ImagePolicy {
     ])
 }
 
+/// A loopback address the test operator's database checks may not reach: it stands for a
+/// network the platform refuses (the harness's PostgreSQL answers there too).
+pub const REFUSED_DATABASE_HOST: &str = "127.0.0.2";
+
+/// What the test operator lets tenants name: the images the tests run, any Prometheus, and
+/// databases anywhere but [`REFUSED_DATABASE_HOST`] and link-local addresses (the harness's
+/// own are on loopback, which a deployed operator refuses by default).
+pub fn platform() -> clair_operator::platform::Platform {
+    let refused = [
+        format!("{REFUSED_DATABASE_HOST}/32"),
+        "169.254.0.0/16".to_string(),
+    ];
+    clair_operator::platform::Platform {
+        images: allowed_images(),
+        prometheus: Default::default(),
+        databases: clair_operator::database::networks::Networks::parse(&[], Some(&refused))
+            .expect("valid networks"),
+    }
+}
+
 /// The webhook on loopback `port`, called by the apiserver by URL.
 fn webhook_settings(plane: &ControlPlane, port: u16) -> webhook::register::Settings {
     webhook::register::Settings {
@@ -134,7 +154,7 @@ fn webhook_settings(plane: &ControlPlane, port: u16) -> webhook::register::Setti
         recheck: Duration::from_secs(1),
         mounted: None,
         register: true,
-        images: allowed_images(),
+        platform: platform(),
         namespaces: Vec::new(),
         // The apiserver alone, by its webhook client certificate, as a platform team that
         // controls its control plane would run it (docs/security.md).

@@ -136,7 +136,10 @@ pub async fn observe(
         _ => psk.get(render::PSK_KEY).cloned().unwrap_or_default(),
     };
     let root = render::root_config(input, &database.connections, &key);
-    let image_refusal = source.images().refusal(&images::clair_images(input.spec));
+    let image_refusal = source
+        .platform()
+        .images
+        .refusal(&images::clair_images(input.spec));
     let images_allowed = image_refusal.is_none();
     let (config, delivery_interval) = match (image_refusal, quay_key) {
         (Some(refusal), _) => (ConfigObservation::Invalid { message: refusal }, None),

@@ -9,8 +9,8 @@
 //! the database counts as not checked (not ready). A finished check whose result differs
 //! from the last wakes the `Clair`s that asked for it ([`Probes::woken`]); the same answer
 //! again wakes nobody (they decided on it already). Checks run at most [`PER_NAMESPACE`] at
-//! once per namespace (beside the operator-wide bound in `database::probe`), each within
-//! [`PROBE_DEADLINE`].
+//! once per namespace (beside the operator-wide bound in `database::probe`, whose turn
+//! starts each one's deadline).
 //!
 //! One check serves every `Clair` of a namespace whose service names the same string and
 //! CAs: at 1,000 Clairs on one database, a check every [`FRESH`] seconds per role instead
@@ -28,17 +28,17 @@ use kube::runtime::reflector::ObjectRef;
 use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, broadcast};
+use tracing::Instrument;
 
 use crate::api::{Clair, ServiceKind};
 use crate::database::connstring::ConnSettings;
-use crate::database::probe::{self, Failure, FailureKind, ProbeOptions, Probed};
+use crate::database::networks::Networks;
+use crate::database::probe::{self, Failure, ProbeOptions, Probed};
 
 /// A result younger than this is used without checking again.
 pub const FRESH: Duration = Duration::from_secs(15);
 /// Checks of one namespace's databases running at once.
 pub const PER_NAMESPACE: usize = 2;
-/// The longest one check may take, however many hosts its string lists.
-pub const PROBE_DEADLINE: Duration = Duration::from_secs(30);
 /// Results not asked for in this long are forgotten (a deleted Clair, a replaced string).
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
 /// How often the forgetting is done (a walk of every check).
@@ -111,6 +111,7 @@ struct Input {
     settings: ConnSettings,
     options: ProbeOptions,
     trusted: Vec<CertificateDer<'static>>,
+    networks: Networks,
 }
 
 /// A service of a Clair that asks for checks: namespace, Clair, role.
@@ -239,6 +240,7 @@ impl Probes {
         settings: &ConnSettings,
         options: ProbeOptions,
         trusted: &[CertificateDer<'static>],
+        networks: &Networks,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Outcome {
         let now = Instant::now();
@@ -253,6 +255,7 @@ impl Probes {
                     settings: settings.clone(),
                     options,
                     trusted: trusted.to_vec(),
+                    networks: networks.clone(),
                 });
             }
             (last, start)
@@ -295,25 +298,19 @@ impl Probes {
                     settings,
                     options,
                     trusted,
+                    networks,
                 }) = input
                 else {
                     return;
                 };
                 let start = Instant::now();
-                let checked = tokio::time::timeout(
-                    PROBE_DEADLINE,
-                    probe::probe_settings(&settings, options, &trusted),
-                )
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Failure {
-                        kind: FailureKind::Unreachable,
-                        message: format!(
-                            "no answer within {} s (every host of the string, every attempt)",
-                            PROBE_DEADLINE.as_secs()
-                        ),
-                    })
-                });
+                let checked = probe::probe_settings(&settings, options, &trusted, &networks)
+                    .instrument(tracing::info_span!(
+                        "database_check",
+                        namespace = %key.namespace,
+                        role = %key.role
+                    ))
+                    .await;
                 let verdict = match &checked {
                     Ok(_) => "ok",
                     Err(failure) => super::database::failure_reason(failure.kind).as_str(),
@@ -355,6 +352,7 @@ impl Probes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::database::probe::FailureKind;
 
     fn ok() -> Result<Probed, Failure> {
         Ok(Probed {
@@ -458,6 +456,7 @@ mod tests {
                 settings: crate::database::connstring::parse(&format!("host=h{i} user=u")).unwrap(),
                 options: ProbeOptions::default(),
                 trusted: Vec::new(),
+                networks: Networks::default(),
             });
         }
         assert_eq!(

@@ -61,12 +61,16 @@ pub async fn observe(
     if deployment.as_ref().is_some_and(DeploymentState::is_stale) {
         return Ok(None);
     }
-    let (config, snapshot) = match source.images().refusal(&images::service_images(spec)) {
+    let (config, snapshot) = match source
+        .platform()
+        .images
+        .refusal(&images::service_images(spec))
+    {
         Some(refusal) => (ConfigObservation::Invalid { message: refusal }, None),
         None => config(source, namespace, spec, kind).await?,
     };
     let scaled_objects = source.serves(OptionalApi::ScaledObject).await;
-    let (config, snapshot) = match keda_refusal(spec, scaled_objects) {
+    let (config, snapshot) = match keda_refusal(spec, scaled_objects, source.platform()) {
         Some(message) => (ConfigObservation::Invalid { message }, None),
         None => (config, snapshot),
     };
@@ -101,7 +105,11 @@ pub async fn observe(
 
 /// Why the spec cannot be served: it asks for KEDA where the cluster serves no KEDA, or
 /// names a Prometheus address KEDA must not be given.
-pub fn keda_refusal(spec: &ServiceSpec, scaled_objects: bool) -> Option<String> {
+pub fn keda_refusal(
+    spec: &ServiceSpec,
+    scaled_objects: bool,
+    platform: &crate::platform::Platform,
+) -> Option<String> {
     let asks = spec
         .autoscaling
         .as_ref()
@@ -112,12 +120,7 @@ pub fn keda_refusal(spec: &ServiceSpec, scaled_objects: bool) -> Option<String> 
              keda.sh/v1alpha1 ScaledObject: install KEDA, or use engine HPA"
                 .to_string()
         })
-        .or_else(|| {
-            crate::render::autoscaling::prometheus_address_refusal(
-                spec.autoscaling.as_deref(),
-                "spec",
-            )
-        })
+        .or_else(|| platform.prometheus_refusal(spec.autoscaling.as_deref(), "spec"))
 }
 
 /// What the tuning metrics take from an autoscaler: its bounds, what it wants, and each
