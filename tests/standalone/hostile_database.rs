@@ -155,18 +155,7 @@ async fn attack(
     );
 
     // Another tenant's Clair, while the hostile checks go on.
-    let start = Instant::now();
-    create_clair(&client, &good, "clair", external_spec()).await?;
-    wait_clair_within(
-        BOUND,
-        &client,
-        &good,
-        "clair",
-        "the other tenant's Clair Available",
-        phase_is(Phase::Available),
-    )
-    .await?;
-    let other = start.elapsed();
+    let other = other_tenant_available(&client, &good).await?;
     // Let the checks be retried a few times more (each used to read 2 GiB).
     tokio::time::sleep(Duration::from_secs(20)).await;
     operator.check_running()?;
@@ -247,18 +236,7 @@ pub async fn a_string_rewritten_a_hundred_times_leaves_memory_flat(
     }
     let rewriting = started.elapsed();
     // Another tenant's Clair meanwhile, and the checks of the last value under way.
-    let start = Instant::now();
-    create_clair(&client, &good, "clair", external_spec()).await?;
-    wait_clair_within(
-        BOUND,
-        &client,
-        &good,
-        "clair",
-        "the other tenant's Clair Available",
-        phase_is(Phase::Available),
-    )
-    .await?;
-    let other = start.elapsed();
+    let other = other_tenant_available(&client, &good).await?;
     operator.check_running()?;
     let peak = operator.peak_rss()?;
     println!(
@@ -278,4 +256,21 @@ pub async fn a_string_rewritten_a_hundred_times_leaves_memory_flat(
         peak >> 20
     );
     Ok(())
+}
+
+/// How long a new Clair of another tenant (namespace `good`) takes to become Available,
+/// within [`BOUND`], while an attack goes on.
+async fn other_tenant_available(client: &kube::Client, good: &str) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    create_clair(client, good, "clair", external_spec()).await?;
+    wait_clair_within(
+        BOUND,
+        client,
+        good,
+        "clair",
+        "the other tenant's Clair Available",
+        phase_is(Phase::Available),
+    )
+    .await?;
+    Ok(start.elapsed())
 }
