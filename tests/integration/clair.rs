@@ -1306,6 +1306,23 @@ pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
     // A second Clair, then its whole namespace deleted: nothing is made again while the
     // namespace terminates, and no refusal is logged as a warning.
     let ns2 = available_clair(env, &client, "clair-ns-deleting", external_spec()).await?;
+    // The Event of its becoming Available follows the status that says so: wait for it, so
+    // what is counted below is what follows the deletion.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns2);
+    eventually(LONG, "the Clair's Event of becoming Available", || async {
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Clair")
+                    && e.action
+                        .as_deref()
+                        .is_some_and(|a| a.ends_with("ToAvailable"))
+            }))
+    })
+    .await?;
     let since = std::time::SystemTime::now();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     namespaces.delete(&ns2, &DeleteParams::default()).await?;
