@@ -2,6 +2,7 @@
 //! batteries-included entry point) and the three Clair services it owns, `Indexer`, `Matcher`
 //! and `Notifier`. Types only: behaviour lives in the machine, render and controller modules.
 
+pub mod bounds;
 pub mod clair;
 pub mod common;
 pub mod decode;

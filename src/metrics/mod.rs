@@ -102,6 +102,25 @@ pub struct AdmissionLabels {
     pub verdict: String,
 }
 
+/// What the webhook server refused unanswered, as counted in `webhook_refusals_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "lowercase")]
+pub enum Refusal {
+    /// A connection over its peer's or the server's bound (`webhook::limits`).
+    Connections,
+    /// A request whose body is over the largest review.
+    Body,
+    /// A request that passed its deadline (its body sent too slowly, or its turn too long
+    /// in coming).
+    Deadline,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// What was over its bound: [`Refusal`].
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub webhook: String,
@@ -120,6 +139,8 @@ pub struct Metrics {
     pub database_probe_duration: HistogramFamily<ProbeLabels>,
     pub admissions: Family<AdmissionLabels, Counter>,
     pub admission_duration: HistogramFamily<WebhookLabels>,
+    /// Connections and requests the webhook server refused unanswered, by bound.
+    pub webhook_refusals: Family<RefusalLabels, Counter>,
     /// The operator's own resources it cannot read (stored under an older schema, or a
     /// free-form part that does not fit), by kind.
     pub unreadable: Family<KindLabels, prometheus_client::metrics::gauge::Gauge>,
@@ -202,6 +223,17 @@ impl Metrics {
             "webhook_admission_duration",
             "Time the webhook took to answer an admission review",
         );
+        let webhook_refusals = counter(
+            &mut registry,
+            "webhook_refusals",
+            "Connections and requests the webhook server refused unanswered, by the bound they passed (connections, body, deadline)",
+        );
+        // Every bound's series exists from the start, at zero.
+        for refusal in <Refusal as strum::IntoEnumIterator>::iter() {
+            let _ = webhook_refusals.get_or_create(&RefusalLabels {
+                reason: refusal.to_string(),
+            });
+        }
         let unreadable = Family::default();
         registry.register(
             "unreadable_resources",
@@ -227,6 +259,7 @@ impl Metrics {
             database_probe_duration,
             admissions,
             admission_duration,
+            webhook_refusals,
             unreadable,
             leader,
             resources,
@@ -312,6 +345,15 @@ impl Metrics {
                 result: result.to_string(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// One connection or request the webhook server refused before answering it.
+    pub fn refused(&self, refusal: Refusal) {
+        self.webhook_refusals
+            .get_or_create(&RefusalLabels {
+                reason: refusal.to_string(),
+            })
+            .inc();
     }
 
     pub fn admitted(&self, webhook: &str, verdict: &str, took: Duration) {

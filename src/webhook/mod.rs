@@ -11,6 +11,7 @@ pub mod replicas;
 pub mod resources;
 pub mod rotation;
 pub mod server;
+pub mod shares;
 pub mod storage;
 pub mod templating;
 pub mod trust;

@@ -303,6 +303,7 @@ pub async fn run(
         metrics: telemetry.metrics.clone(),
         authenticated: settings.callers.authenticated(),
         turns: server::Shared::turns(),
+        bytes: server::Shared::bytes(),
         own_user: server::own_user(&client).await,
     };
     let until_stopped = {

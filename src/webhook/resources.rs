@@ -99,6 +99,12 @@ impl Resource {
         let value =
             serde_json::to_value(object).map_err(|e| format!("cannot read the object: {e}"))?;
         use crate::api::decode::named;
+        // Before anything is read for it: the apiserver sends nothing over these bounds.
+        if let Some(refusal) = crate::api::bounds::exceeded(kind, &value) {
+            return Err(format!(
+                "{refusal}: the apiserver admits no such {kind}, so this review is not its"
+            ));
+        }
         let decoded = match kind {
             "Indexer" => named(kind, value).map(Self::Indexer),
             "Matcher" => named(kind, value).map(Self::Matcher),

@@ -13,6 +13,11 @@ use tracing::{debug, warn};
 use crate::platform::Platform;
 use crate::templating::seal::Seal;
 
+use crate::metrics::Refusal;
+
+use super::limits::Peer;
+use super::shares::Shares;
+
 use super::{
     TEMPLATE_CONFIG_PATH, VALIDATE_CONFIG_PATH, VALIDATE_RESOURCE_PATH, resources, templating,
     validate,
@@ -31,16 +36,23 @@ pub struct Shared {
     /// Whether every caller proved by certificate that it is the apiserver: only then is a
     /// request's body trusted enough to read what it names (`webhook::callers`).
     pub authenticated: bool,
-    /// Turns to decide a review: [`CONCURRENT_REVIEWS`].
-    pub turns: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Turns to decide a review: [`CONCURRENT_REVIEWS`], shared fairly among peers.
+    pub turns: std::sync::Arc<Shares>,
+    /// The bytes of request bodies held at once: [`BODY_BUDGET`], shared fairly among peers.
+    pub bytes: std::sync::Arc<Shares>,
     /// The user the operator's own requests are made as ([`own_user`]), when known.
     pub own_user: Option<OwnUser>,
 }
 
 impl Shared {
     /// The turns a server's handlers share.
-    pub fn turns() -> std::sync::Arc<tokio::sync::Semaphore> {
-        std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_REVIEWS))
+    pub fn turns() -> std::sync::Arc<Shares> {
+        Shares::new(CONCURRENT_REVIEWS)
+    }
+
+    /// The body bytes a server's handlers share.
+    pub fn bytes() -> std::sync::Arc<Shares> {
+        Shares::new(BODY_BUDGET)
     }
 }
 
@@ -48,7 +60,12 @@ impl Shared {
 /// update's review holds the object twice (old and new, the old at most etcd's 1.5 MiB):
 /// every review it can send fits, so none is answered with a 413 (which a webhook that fails
 /// open would let through unchecked).
-const MAX_REVIEW_BYTES: usize = 6 * 1024 * 1024;
+pub const MAX_REVIEW_BYTES: usize = 6 * 1024 * 1024;
+
+/// The bytes of request bodies the server holds at once, taken by each request's declared
+/// length before its body is read: four of the largest reviews, or thousands of the usual
+/// few kilobytes.
+pub const BODY_BUDGET: usize = 4 * MAX_REVIEW_BYTES;
 
 /// How long a request may take, from its first byte to the answer: the apiserver waits 5 s
 /// (10 s for templating) and gives up. A client that sends slowly is cut off here.
@@ -63,35 +80,72 @@ const HANDSHAKE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5
 const STREAMS_PER_CONNECTION: u32 = 16;
 
 /// Reviews decided at once (each may make access reviews and reads); the rest wait their
-/// turn. Bodies are read before a turn is taken, so slow senders hold none.
+/// turn, the next going to the peer holding fewest. Bodies are read before a turn is taken,
+/// so slow senders hold none.
 const CONCURRENT_REVIEWS: usize = 16;
 
-/// The routes: one path per webhook, each request held to [`REQUEST_DEADLINE`] and
-/// [`MAX_REVIEW_BYTES`].
+/// The routes: one path per webhook, each request held to [`REQUEST_DEADLINE`],
+/// [`MAX_REVIEW_BYTES`] and its share of [`BODY_BUDGET`].
 pub fn router(shared: Shared) -> Router {
+    use axum::middleware::from_fn_with_state;
     Router::new()
         .route(VALIDATE_CONFIG_PATH, post(validate_config))
         .route(TEMPLATE_CONFIG_PATH, post(template_config))
         .route(VALIDATE_RESOURCE_PATH, post(validate_resource))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-        .layer(axum::middleware::from_fn(within_deadline))
+        .layer(from_fn_with_state(shared.clone(), within_budget))
+        .layer(from_fn_with_state(shared.clone(), within_deadline))
         .with_state(shared)
 }
 
 /// Answers 408 when a request (reading its body included) passes [`REQUEST_DEADLINE`].
 async fn within_deadline(
+    State(shared): State<Shared>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     match tokio::time::timeout(REQUEST_DEADLINE, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => (
-            http::StatusCode::REQUEST_TIMEOUT,
-            "the request took longer than 10 s",
-        )
-            .into_response(),
+        Err(_) => {
+            shared.metrics.refused(Refusal::Deadline);
+            (
+                http::StatusCode::REQUEST_TIMEOUT,
+                "the request took longer than 10 s",
+            )
+                .into_response()
+        }
     }
+}
+
+/// Takes a request's share of [`BODY_BUDGET`] by the length it declares (the largest review
+/// when it declares none) before its body is read, and holds it until it is answered; a
+/// declared length over [`MAX_REVIEW_BYTES`] is answered 413 unread.
+async fn within_budget(
+    State(shared): State<Shared>,
+    peer: Peer,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
+    let length = match declared {
+        Some(length) if length > MAX_REVIEW_BYTES as u64 => {
+            shared.metrics.refused(Refusal::Body);
+            return (
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                "a review is at most 6 MiB",
+            )
+                .into_response();
+        }
+        Some(length) => length as usize,
+        None => MAX_REVIEW_BYTES,
+    };
+    let _bytes = shared.bytes.take(peer, length).await;
+    next.run(request).await
 }
 
 type Review = Json<AdmissionReview<DynamicObject>>;
@@ -102,6 +156,7 @@ async fn answer<F, Fut>(
     review: AdmissionReview<DynamicObject>,
     webhook: &str,
     shared: &Shared,
+    peer: Peer,
     decide: F,
 ) -> Review
 where
@@ -110,8 +165,8 @@ where
 {
     let metrics = &shared.metrics;
     let start = std::time::Instant::now();
-    // Never closed, so a turn always comes; the deadline bounds the wait.
-    let _turn = shared.turns.acquire().await;
+    // The deadline bounds the wait.
+    let _turn = shared.turns.take(peer, 1).await;
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let (response, verdict) = match request {
         Ok(request) => {
@@ -194,8 +249,8 @@ fn conclude(mut response: AdmissionResponse, verdict: validate::Verdict) -> Admi
     }
 }
 
-async fn validate_config(State(shared): State<Shared>, Json(review): Review) -> Review {
-    answer(review, "config", &shared, |request| async move {
+async fn validate_config(State(shared): State<Shared>, peer: Peer, Json(review): Review) -> Review {
+    answer(review, "config", &shared, peer, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
             return response;
@@ -207,7 +262,11 @@ async fn validate_config(State(shared): State<Shared>, Json(review): Review) -> 
     .await
 }
 
-async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -> Review {
+async fn validate_resource(
+    State(shared): State<Shared>,
+    peer: Peer,
+    Json(review): Review,
+) -> Review {
     let Shared {
         client,
         platform,
@@ -215,7 +274,7 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
         own_user,
         ..
     } = shared.clone();
-    answer(review, "resources", &shared, |request| async move {
+    answer(review, "resources", &shared, peer, |request| async move {
         let response = AdmissionResponse::from(&request);
         let Some(object) = &request.object else {
             return response;
@@ -291,9 +350,9 @@ async fn validate_resource(State(shared): State<Shared>, Json(review): Review) -
     .await
 }
 
-async fn template_config(State(shared): State<Shared>, Json(review): Review) -> Review {
+async fn template_config(State(shared): State<Shared>, peer: Peer, Json(review): Review) -> Review {
     let state = shared.clone();
-    answer(review, "template", &state, |request| async move {
+    answer(review, "template", &state, peer, |request| async move {
         let response = templating::admit(
             &shared.client,
             &shared.seal,
@@ -322,14 +381,14 @@ pub async fn serve(
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
     listener.set_nonblocking(true)?;
+    use super::limits::{Connections, IDLE, Limited, PER_PEER, TOTAL};
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
         .handshake_timeout(HANDSHAKE_DEADLINE)
-        .acceptor(super::limits::Limited {
-            connections: super::limits::Connections::new(
-                super::limits::PER_PEER,
-                super::limits::TOTAL,
-            ),
-        });
+        .acceptor(Limited::new(
+            Connections::new(PER_PEER, TOTAL),
+            IDLE,
+            shared.metrics.clone(),
+        ));
     let mut server = axum_server::from_tcp(listener)?
         .acceptor(acceptor)
         .first_request_timeout(HANDSHAKE_DEADLINE)

@@ -68,6 +68,27 @@ pub fn resource_review(namespace: &str, config_map: &str) -> String {
     )
 }
 
+/// A forged review of an Indexer in `namespace` whose config names `secrets` drop-ins, each
+/// a Secret of its own (the CRD admits 16).
+pub fn resource_review_naming(namespace: &str, secrets: usize) -> String {
+    let dropins: Vec<Value> = (0..secrets)
+        .map(|i| json!({"secret": {"name": format!("dropin-{i}"), "key": "config.yaml"}}))
+        .collect();
+    let object = json!({
+        "apiVersion": "clair.projectquay.io/v1alpha1",
+        "kind": "Indexer",
+        "metadata": {"name": "forged-indexer", "namespace": namespace},
+        "spec": {"config": {"root": {"configMap": {"name": "cfg", "key": "config.yaml"}},
+                            "dropins": dropins}},
+    });
+    review(
+        ("clair.projectquay.io", "v1alpha1", "Indexer"),
+        "indexers",
+        namespace,
+        object,
+    )
+}
+
 fn base64_of(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)

@@ -31,9 +31,42 @@ pub enum Error {
     Setup(String),
 }
 
+/// Where a request comes from and the length it declares: by default the system's choice
+/// of source address and the body's own length.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sender {
+    /// A loopback address of the test's own, to be a peer apart from the apiserver.
+    pub from: Option<std::net::IpAddr>,
+    /// A `Content-Length` other than the body's (the body is then sent only if the server
+    /// reads on).
+    pub declared: Option<usize>,
+}
+
 /// POSTs `body` (JSON) to `https://{server_name}{path}` at `address`, trusting `ca_pem`
 /// alone. Bounded: 10 s in all.
 pub async fn post(
+    address: SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+    identity: Option<Identity<'_>>,
+    path: &str,
+    body: &str,
+) -> Result<Answer, Error> {
+    post_as(
+        Sender::default(),
+        address,
+        server_name,
+        ca_pem,
+        identity,
+        path,
+        body,
+    )
+    .await
+}
+
+/// [`post`], from `sender`.
+pub async fn post_as(
+    sender: Sender,
     address: SocketAddr,
     server_name: &str,
     ca_pem: &str,
@@ -67,17 +100,30 @@ pub async fn post(
         None => builder.with_no_client_auth(),
     };
     let name = ServerName::try_from(server_name.to_string()).map_err(|e| setup(&e))?;
-    let request = format!(
+    let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {server_name}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        sender.declared.unwrap_or(body.len())
     );
     let exchange = async {
-        let tcp = tokio::net::TcpStream::connect(address).await?;
+        let tcp = match sender.from {
+            Some(from) => {
+                let socket = match from {
+                    std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                    std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                };
+                socket.bind((from, 0).into())?;
+                socket.connect(address).await?
+            }
+            None => tokio::net::TcpStream::connect(address).await?,
+        };
         let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
             .await?;
-        tls.write_all(request.as_bytes()).await?;
+        tls.write_all(head.as_bytes()).await?;
+        if sender.declared.is_none() {
+            tls.write_all(body.as_bytes()).await?;
+        }
         let mut answer = Vec::new();
         tls.read_to_end(&mut answer).await?;
         Ok::<_, std::io::Error>(answer)

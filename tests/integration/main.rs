@@ -54,6 +54,7 @@ fn registry() -> Vec<(&'static str, TestFn)> {
         clair::someone_elses_indexer_of_a_clairs_name_is_not_taken_over,
         forged::a_webhook_that_trusts_the_apiserver_alone_answers_no_one_else,
         forged::a_webhook_open_to_anyone_answers_from_the_request_alone,
+        forged::a_forged_flood_is_refused_before_any_access_review,
         forged::the_webhook_answers_the_apiserver_while_slow_clients_hold_connections,
         hardening::config_bombs_are_refused_and_the_operator_keeps_serving,
         hardening::no_malformed_connection_string_leaks_its_password,
