@@ -281,15 +281,22 @@ async fn connect(
         message: e.to_string(),
     })?;
     let mut failure = None;
+    // The condition names the string's target already: a host is named only among several.
+    let several = hosts.len() > 1;
     for (host, port) in hosts {
         let place = format!("{host}:{port}");
+        let named = if several {
+            format!("{place}: ")
+        } else {
+            String::new()
+        };
         let socket = match reach(&host, port, timeout, networks).await {
             Ok(socket) => socket,
             Err(Reach::Refused) => {
                 failure = Some(Failure {
                     kind: FailureKind::Misconfigured,
                     message: format!(
-                        "{place}: the operator does not check databases at this address (its \
+                        "{named}the operator does not check databases at this address (its \
                          --database-networks and --database-networks-refused): name a host \
                          in a network the platform team allows, or ask them to allow yours"
                     ),
@@ -337,7 +344,7 @@ async fn connect(
                 failure = Some(match failed.kind {
                     FailureKind::Unreachable => failed,
                     _ => Failure {
-                        message: format!("{place}: {}", failed.message),
+                        message: format!("{named}{}", failed.message),
                         ..failed
                     },
                 });
@@ -354,7 +361,7 @@ async fn connect(
             if read_only == "on" {
                 failure = Some(Failure {
                     kind: FailureKind::Rejected,
-                    message: format!("{place}: the server is read-only"),
+                    message: format!("{named}the server is read-only"),
                 });
                 continue;
             }
@@ -669,6 +676,33 @@ mod tests {
         assert!(
             failure.message.contains("--database-networks"),
             "{}",
+            failure.message
+        );
+    }
+
+    #[tokio::test]
+    async fn a_host_is_named_once_and_only_among_several() {
+        let port = listener(b"N", true).await;
+        let one = format!("host=127.0.0.1 port={port} user=u dbname=d");
+        let failure = probe(&one, ProbeOptions::default(), &Networks::default())
+            .await
+            .unwrap_err();
+        let place = format!("127.0.0.1:{port}");
+        assert_eq!(
+            failure.message.matches(&place).count(),
+            1,
+            "{}",
+            failure.message
+        );
+        let several = format!("host=127.0.0.2,127.0.0.1 port={port} user=u dbname=d");
+        let failure = probe(&several, ProbeOptions::default(), &Networks::default())
+            .await
+            .unwrap_err();
+        assert!(
+            failure
+                .message
+                .contains(&format!("127.0.0.1:{port}: the operator does not")),
+            "the host that failed last is named: {}",
             failure.message
         );
     }
