@@ -1242,6 +1242,23 @@ fn operator_warnings(env: &TestEnv, text: &str) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// Whether an Event about a Clair in `ns` is one `wanted` takes.
+async fn clair_event(
+    client: &kube::Client,
+    ns: &str,
+    wanted: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
+) -> anyhow::Result<bool> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .any(|e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Clair") && wanted(e)
+        }))
+}
+
 pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
@@ -1308,19 +1325,12 @@ pub async fn a_resource_or_namespace_being_deleted_gets_nothing_applied(
     let ns2 = available_clair(env, &client, "clair-ns-deleting", external_spec()).await?;
     // The Event of its becoming Available follows the status that says so: wait for it, so
     // what is counted below is what follows the deletion.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns2);
-    eventually(LONG, "the Clair's Event of becoming Available", || async {
-        Ok(events
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .any(|e| {
-                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Clair")
-                    && e.action
-                        .as_deref()
-                        .is_some_and(|a| a.ends_with("ToAvailable"))
-            }))
+    eventually(LONG, "the Clair's Event of becoming Available", || {
+        clair_event(&client, &ns2, |e| {
+            e.action
+                .as_deref()
+                .is_some_and(|a| a.ends_with("ToAvailable"))
+        })
     })
     .await?;
     let since = std::time::SystemTime::now();
@@ -1363,28 +1373,16 @@ pub async fn someone_elses_indexer_of_a_clairs_name_is_not_taken_over(
         "spec": {"config": {"root": {"configMap": {"name": "theirs", "key": "config.yaml"}}}}});
     apply_json::<Indexer>(&client, &ns, theirs).await?;
     create_clair(&client, &ns, "clair", external_spec()).await?;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
     eventually(
         LONG,
         "a Warning Event on the Clair naming the Indexer",
         || {
-            let events = events.clone();
-            async move {
-                Ok(events
-                    .list(&Default::default())
-                    .await?
-                    .items
-                    .iter()
-                    .any(|e| {
-                        e.type_.as_deref() == Some("Warning")
-                            && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Clair")
-                            && e.note.as_deref().is_some_and(|n| {
-                                n.contains(
-                                    "Indexer clair-indexer exists and is not this resource's",
-                                )
-                            })
-                    }))
-            }
+            clair_event(&client, &ns, |e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| {
+                        n.contains("Indexer clair-indexer exists and is not this resource's")
+                    })
+            })
         },
     )
     .await?;
