@@ -24,6 +24,8 @@ pub const LEASE_NAME: &str = "clair-operator";
 pub struct Settings {
     /// Where `/metrics`, `/healthz` and `/readyz` are served, chosen by the caller.
     pub metrics_listen: SocketAddr,
+    /// How they are served.
+    pub metrics: MetricsSecurity,
     /// The admission webhooks, or none (then no template is re-rendered either).
     pub webhook: Option<webhook::register::Settings>,
     /// What tenants may name.
@@ -35,6 +37,18 @@ pub struct Settings {
     /// Elect a leader before the controllers start, or (None) run them at once: for a
     /// single replica only.
     pub election: Option<Election>,
+}
+
+/// How `/metrics` is served.
+#[derive(Clone, Debug)]
+pub enum MetricsSecurity {
+    /// Plain HTTP, to anyone: a local run.
+    Insecure,
+    /// TLS with the certificate mounted in `cert_dir` (reread when it changes), else a
+    /// self-signed one made at start; each scrape reviewed by the apiserver.
+    Secure {
+        cert_dir: Option<std::path::PathBuf>,
+    },
 }
 
 /// This replica's part in the leader election.
@@ -54,6 +68,8 @@ pub enum Error {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    MetricsCertificate(#[from] crate::metrics::certificate::Error),
     #[error("cannot read or create the template sealing key: {0}")]
     Seal(kube::Error),
     #[error("admission webhook: {0}")]
@@ -67,6 +83,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Listen { .. } => "MetricsListen",
+            Self::MetricsCertificate(_) => "MetricsCertificate",
             Self::Seal(_) => "TemplateSeal",
             Self::Webhook(_) => "Webhook",
             Self::WebhookTask(_) => "WebhookTask",
@@ -111,10 +128,12 @@ pub async fn run(
         ),
         None => None,
     };
+    let serving = metrics_serving(&client, &settings.metrics)?;
     let metrics_server = tokio::spawn(crate::metrics::server::serve(
         metrics_listener,
         telemetry.metrics.clone(),
         telemetry.health.clone(),
+        serving,
         shutdown.clone(),
     ));
     let webhook = settings
@@ -149,6 +168,31 @@ pub async fn run(
         webhook.await??;
     }
     Ok(())
+}
+
+/// The metrics server's TLS and reviews as `security` asks; a mounted certificate is kept
+/// current by a task of its own.
+fn metrics_serving(
+    client: &Client,
+    security: &MetricsSecurity,
+) -> Result<crate::metrics::server::Serving, Error> {
+    use crate::metrics::certificate::{Pair, keep_current};
+    let MetricsSecurity::Secure { cert_dir } = security else {
+        tracing::warn!("serving metrics over plain HTTP to anyone (--metrics-insecure)");
+        return Ok(crate::metrics::server::Serving::Insecure);
+    };
+    let pair = match cert_dir {
+        Some(dir) => Pair::read(dir)?,
+        None => Pair::self_signed("clair-operator-metrics")?,
+    };
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(pair.config()?);
+    if let Some(dir) = cert_dir {
+        tokio::spawn(keep_current(tls.clone(), dir.clone(), pair));
+    }
+    Ok(crate::metrics::server::Serving::Secure {
+        tls,
+        access: std::sync::Arc::new(crate::metrics::access::Access::new(client.clone())),
+    })
 }
 
 /// Runs the controllers each time this replica wins the Lease, until `shutdown`.

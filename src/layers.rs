@@ -6,8 +6,8 @@
 /// From the bottom up. A module may import modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
     // Types and the files the code generates; the allocator's settings; the API connection;
-    // text made fit for a condition.
-    &["api", "generated", "allocator", "apiclient", "text"],
+    // text made fit for a condition; TLS servers' configuration.
+    &["api", "generated", "allocator", "apiclient", "text", "tls"],
     // Clair's config rules; connection strings, probes and budgets of databases.
     &["clairconfig", "database"],
     // The pure core: phase machines, builders of owned objects, CRD generation.

@@ -22,6 +22,7 @@ pub mod sources;
 pub mod telemetry;
 pub mod templating;
 pub mod text;
+pub mod tls;
 pub mod webhook;
 
 #[cfg(test)]

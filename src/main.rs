@@ -241,9 +241,24 @@ struct RunArgs {
     /// when unset.
     #[arg(long, env = "CLAIR_OPERATOR_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
-    /// Where `/metrics` (OpenMetrics), `/healthz` and `/readyz` are served, over plain HTTP.
+    /// Where `/metrics` (OpenMetrics), `/healthz` and `/readyz` are served: over TLS, each
+    /// scrape's bearer token reviewed by the apiserver (TokenReview, then a
+    /// SubjectAccessReview for `get` on the non-resource URL `/metrics`); the health
+    /// endpoints unauthenticated.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_listen: std::net::SocketAddr,
+    /// Serve the metrics over plain HTTP to anyone: for a local run only.
+    #[arg(
+        long,
+        env = "CLAIR_OPERATOR_METRICS_INSECURE",
+        conflicts_with = "metrics_cert_dir"
+    )]
+    metrics_insecure: bool,
+    /// Serve the metrics with the certificate mounted in this folder (`tls.crt`, `tls.key`,
+    /// as cert-manager or OpenShift's service CA write them; reread when they change)
+    /// instead of a self-signed one made at start.
+    #[arg(long, env = "CLAIR_OPERATOR_METRICS_CERT_DIR")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Run the controllers without electing a leader: for a single replica only (two would
     /// both write). By default the replicas elect one on the Lease `clair-operator` in
     /// `--leader-election-namespace`, and the others serve the webhooks and metrics.
@@ -290,6 +305,13 @@ impl RunArgs {
         });
         Ok(launch::Settings {
             metrics_listen: self.metrics_listen,
+            metrics: if self.metrics_insecure {
+                launch::MetricsSecurity::Insecure
+            } else {
+                launch::MetricsSecurity::Secure {
+                    cert_dir: self.metrics_cert_dir.clone(),
+                }
+            },
             webhook,
             platform: self.platform()?,
             namespaces: self.namespaces()?,

@@ -24,6 +24,8 @@ pub const OLM_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 const ROLES: &str = include_str!("../deploy/base/roles.yaml");
 const DEPLOYMENT: &str = include_str!("../deploy/base/deployment.yaml");
 const KUSTOMIZATION: &str = include_str!("../deploy/base/kustomization.yaml");
+const NETWORK_POLICY: &str = include_str!("../deploy/base/networkpolicy.yaml");
+const METRICS_READER: &str = include_str!("../deploy/base/metrics-reader.yaml");
 const EXAMPLES: [&str; 2] = [
     include_str!("../examples/clair.yaml"),
     include_str!("../examples/services.yaml"),
@@ -168,11 +170,31 @@ fn deployment(image: &str) -> Result<Value, Error> {
     }))
 }
 
-/// The metrics Service and the PodDisruptionBudget of `deploy/base` (OLM makes the webhook's
-/// Service itself, `clair-operator-service`).
+/// The metrics Service, the PodDisruptionBudget, the NetworkPolicy (OLM v0.32.0 and later
+/// install it) and the metrics reader's ClusterRole of `deploy/base` (OLM makes the
+/// webhook's Service itself, `clair-operator-service`).
 fn companions() -> Result<Vec<(String, Value)>, Error> {
     const FILE: &str = "deploy/base/deployment.yaml";
     Ok(vec![
+        (
+            "clair-operator_networking.k8s.io_v1_networkpolicy.yaml".to_string(),
+            find(
+                "deploy/base/networkpolicy.yaml",
+                NETWORK_POLICY,
+                "NetworkPolicy",
+                PACKAGE,
+            )?,
+        ),
+        (
+            "clair-operator-metrics-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml"
+                .to_string(),
+            find(
+                "deploy/base/metrics-reader.yaml",
+                METRICS_READER,
+                "ClusterRole",
+                "clair-operator-metrics-reader",
+            )?,
+        ),
         (
             "clair-operator-metrics_v1_service.yaml".to_string(),
             find(FILE, DEPLOYMENT, "Service", "clair-operator-metrics")?,
@@ -727,6 +749,58 @@ mod tests {
                 .to_string()
                 .contains("olm.targetNamespaces")
         );
+    }
+
+    /// The harness's CNI enforces no policy, so what it would admit is read here: the policy
+    /// shipped with every install (kustomize and Helm render deploy/base's, a test diffs them)
+    /// selects the operator's pods and admits exactly their two ports, each a port the
+    /// container names.
+    #[test]
+    fn the_network_policy_admits_the_operators_own_ports_only() {
+        let deployment = deployment("image:1").unwrap();
+        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        let ports: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        let (_, policy) = companions()
+            .unwrap()
+            .into_iter()
+            .find(|(_, o)| o["kind"] == "NetworkPolicy")
+            .expect("the bundle carries the NetworkPolicy");
+        let selected = policy["spec"]["podSelector"]["matchLabels"]
+            .as_object()
+            .unwrap();
+        assert!(!selected.is_empty());
+        for (key, value) in selected {
+            assert_eq!(&labels[key], value, "the policy selects {key}={value}");
+        }
+        assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+        let rules = policy["spec"]["ingress"].as_array().unwrap();
+        let admitted: Vec<(&str, bool)> = rules
+            .iter()
+            .flat_map(|rule| {
+                let from_anywhere = rule.get("from").is_none();
+                rule["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |p| (p["port"].as_str().unwrap(), from_anywhere))
+            })
+            .collect();
+        // The webhook from anywhere (the apiserver is no pod), the metrics from Prometheus's
+        // namespaces only.
+        assert_eq!(admitted, vec![("webhook", true), ("metrics", false)]);
+        let mut named = admitted.iter().map(|(port, _)| *port).collect::<Vec<_>>();
+        named.sort();
+        let mut declared = ports.clone();
+        declared.sort();
+        assert_eq!(named, declared);
+        let from = rules[1]["from"][0]["namespaceSelector"]["matchExpressions"][0].clone();
+        assert_eq!(from["key"], "kubernetes.io/metadata.name");
+        assert!(from["values"].to_string().contains("\"monitoring\""));
     }
 
     #[test]

@@ -147,6 +147,60 @@ pub struct ClairSpec {
     /// config, ready to merge into its config bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quay: Option<QuaySpec>,
+    /// Let only who needs them reach this Clair's services, with a NetworkPolicy over their
+    /// pods (enforced where the cluster's network plugin enforces policies): the Clair's own
+    /// pods (the notifier and matcher call the indexer), the pods of `clients` and `routers`
+    /// on the API port, and those of `monitoring` on the introspection port. Unset: no
+    /// policy, anyone may reach them (docs/security.md, "Network policies").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<ServicesNetworkPolicy>,
+}
+
+/// Who may reach a Clair's services besides its own pods: namespaces by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicesNetworkPolicy {
+    /// Namespaces whose pods call the API directly: Quay's (`quay`), or this one's own when
+    /// Quay runs beside Clair.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 63), pattern(crate::api::common::LABEL_PATTERN))
+    )]
+    pub clients: Vec<String>,
+    /// Namespaces of the router, ingress controller or gateway that routes to the API
+    /// (`openshift-ingress`, `ingress-nginx`), for `spec.routing`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 63), pattern(crate::api::common::LABEL_PATTERN))
+    )]
+    pub routers: Vec<String>,
+    /// Namespaces whose Prometheus scrapes the introspection port. Default `monitoring`,
+    /// `openshift-monitoring` and `openshift-user-workload-monitoring`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 63), pattern(crate::api::common::LABEL_PATTERN))
+    )]
+    pub monitoring: Option<Vec<String>>,
+}
+
+/// The namespaces a Prometheus usually runs in: kube-prometheus's and OpenShift's.
+pub const MONITORING_NAMESPACES: [&str; 3] = [
+    "monitoring",
+    "openshift-monitoring",
+    "openshift-user-workload-monitoring",
+];
+
+impl ServicesNetworkPolicy {
+    /// The namespaces that may scrape the introspection port.
+    pub fn monitoring(&self) -> Vec<String> {
+        match &self.monitoring {
+            Some(namespaces) => namespaces.clone(),
+            None => MONITORING_NAMESPACES.map(String::from).to_vec(),
+        }
+    }
 }
 
 impl ClairSpec {

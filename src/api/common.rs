@@ -35,6 +35,9 @@ pub struct ConfigSource {
 /// metrics; anything else (`x/y`, quotes) is refused where it is written.
 pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
+/// A namespace's name (an RFC 1123 label).
+pub const LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
 /// A ConfigMap or Secret key, as the apiserver requires of every key.
 pub const KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
 

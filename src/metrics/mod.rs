@@ -4,7 +4,9 @@
 //! scrape time ([`resources`]), so a deleted resource's series go with it. Names, units and
 //! help: `docs/metrics.md`.
 
+pub mod access;
 pub mod autoscaling;
+pub mod certificate;
 pub mod client;
 pub mod health;
 pub mod resources;
@@ -117,7 +119,8 @@ pub enum Refusal {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusalLabels {
-    /// What was over its bound: [`Refusal`].
+    /// What was over its bound ([`Refusal`]), or why a scrape was refused
+    /// ([`access::Refused`]).
     pub reason: String,
 }
 
@@ -141,6 +144,8 @@ pub struct Metrics {
     pub admission_duration: HistogramFamily<WebhookLabels>,
     /// Connections and requests the webhook server refused unanswered, by bound.
     pub webhook_refusals: Family<RefusalLabels, Counter>,
+    /// Scrapes of `/metrics` refused, by why (`access::Refused`).
+    pub scrape_refusals: Family<RefusalLabels, Counter>,
     /// The operator's own resources it cannot read (stored under an older schema, or a
     /// free-form part that does not fit), by kind.
     pub unreadable: Family<KindLabels, prometheus_client::metrics::gauge::Gauge>,
@@ -234,6 +239,16 @@ impl Metrics {
                 reason: refusal.to_string(),
             });
         }
+        let scrape_refusals = counter(
+            &mut registry,
+            "metrics_scrape_refusals",
+            "Scrapes of /metrics refused, by why (unauthenticated, forbidden, unavailable: the token could not be reviewed)",
+        );
+        for refused in <access::Refused as strum::IntoEnumIterator>::iter() {
+            let _ = scrape_refusals.get_or_create(&RefusalLabels {
+                reason: refused.to_string(),
+            });
+        }
         let unreadable = Family::default();
         registry.register(
             "unreadable_resources",
@@ -260,6 +275,7 @@ impl Metrics {
             admissions,
             admission_duration,
             webhook_refusals,
+            scrape_refusals,
             unreadable,
             leader,
             resources,

@@ -1,17 +1,39 @@
-//! The plain-HTTP server of `/metrics` (OpenMetrics text), `/healthz` (every task the
-//! operator started still runs) and `/readyz` (and its caches are synced and its webhook
-//! serves). Every replica serves them, leader or not.
+//! The server of `/metrics` (OpenMetrics text), `/healthz` (every task the operator
+//! started still runs) and `/readyz` (and its caches are synced and its webhook serves).
+//! Every replica serves them, leader or not. Secure by default: over TLS, each scrape
+//! reviewed by the apiserver ([`super::access`]); the health endpoints answer the kubelet
+//! unauthenticated (they tell only "ok" or which of the operator's own tasks is not). Plain
+//! HTTP to anyone only when asked (`--metrics-insecure`, a local run).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum_server::tls_rustls::RustlsConfig;
 
 use super::Metrics;
+use super::access::{Access, Refused};
 use super::health::Health;
+
+/// How long a client has for its TLS handshake and then its request's headers.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How the server is reached.
+#[derive(Clone, Debug)]
+pub enum Serving {
+    /// Plain HTTP, metrics to anyone (`--metrics-insecure`).
+    Insecure,
+    /// TLS with `tls`, each scrape of `/metrics` reviewed by `access`.
+    Secure {
+        tls: RustlsConfig,
+        access: Arc<Access>,
+    },
+}
 
 /// What Prometheus asks for first.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -22,14 +44,54 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 struct Shared {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    /// Who reviews scrapers; none: anyone may scrape.
+    access: Option<Arc<Access>>,
 }
 
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+fn router(shared: Shared) -> Router {
+    let reviewed = axum::middleware::from_fn_with_state(shared.clone(), reviewed);
     Router::new()
-        .route("/metrics", get(scrape))
+        .route("/metrics", get(scrape).layer(reviewed))
         .route("/healthz", get(live))
         .route("/readyz", get(ready))
-        .with_state(Shared { metrics, health })
+        .with_state(shared)
+}
+
+/// The request, if its caller may read the metrics; else 401, 403 or 503, counted.
+async fn reviewed(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    let Some(access) = &shared.access else {
+        return next.run(request).await;
+    };
+    let refused = match access.check(request.headers()).await {
+        Ok(()) => return next.run(request).await,
+        Err(refused) => refused,
+    };
+    shared
+        .metrics
+        .scrape_refusals
+        .get_or_create(&super::RefusalLabels {
+            reason: refused.to_string(),
+        })
+        .inc();
+    match refused {
+        Refused::Unauthenticated => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a bearer token the apiserver authenticates is needed\n",
+        )
+            .into_response(),
+        Refused::Forbidden => (
+            StatusCode::FORBIDDEN,
+            "this user may not get the non-resource URL /metrics: bind it the ClusterRole clair-operator-metrics-reader\n",
+        )
+            .into_response(),
+        Refused::Unavailable => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            "the token cannot be reviewed now\n",
+        )
+            .into_response(),
+    }
 }
 
 /// OpenMetrics to those who ask for it (Prometheus does), the 0.0.4 text format otherwise.
@@ -98,16 +160,49 @@ async fn ready(State(shared): State<Shared>) -> impl IntoResponse {
     verdict(shared.health.ready(), "not ready")
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves as `serving` says until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    serving: Serving,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics, health))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let (tls, access) = match serving {
+        Serving::Insecure => {
+            let router = router(Shared {
+                metrics,
+                health,
+                access: None,
+            });
+            return axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        }
+        Serving::Secure { tls, access } => (tls, access),
+    };
+    let router = router(Shared {
+        metrics,
+        health,
+        access: Some(access),
+    });
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+    });
+    let acceptor =
+        axum_server::tls_rustls::RustlsAcceptor::new(tls).handshake_timeout(HANDSHAKE_DEADLINE);
+    let mut server = axum_server::from_tcp(listener.into_std()?)?
+        .acceptor(acceptor)
+        .handle(handle);
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_DEADLINE);
+    server.serve(router.into_make_service()).await
 }
 
 #[cfg(test)]

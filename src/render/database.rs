@@ -215,6 +215,11 @@ fn engine_labels(input: &ClairInput, engine: &Engine) -> BTreeMap<String, String
     labels
 }
 
+/// The engines' NetworkPolicy's name.
+pub fn network_policy_name(input: &ClairInput) -> String {
+    format!("{}-{COMPONENT}", input.name)
+}
+
 /// The NetworkPolicy that lets only the `Clair`'s own pods reach its engines: its service
 /// resources' pods (`NAME-indexer`, ...), and its updater and upgrade pods (`NAME`).
 pub fn network_policy(input: &ClairInput) -> NetworkPolicy {
@@ -222,7 +227,7 @@ pub fn network_policy(input: &ClairInput) -> NetworkPolicy {
         .chain(ServiceKind::VARIANTS.iter().map(|k| input.child_name(*k)))
         .collect();
     NetworkPolicy {
-        metadata: input.metadata(format!("{}-{COMPONENT}", input.name), COMPONENT),
+        metadata: input.metadata(network_policy_name(input), COMPONENT),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
                 match_labels: Some(labels::selector(input.name, COMPONENT)),

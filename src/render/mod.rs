@@ -8,6 +8,7 @@ pub mod cloudnative_pg;
 pub mod database;
 pub mod owned;
 pub mod pod;
+pub mod policy;
 pub mod quay;
 pub mod routing;
 pub mod service;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
@@ -57,35 +57,18 @@ pub enum Error {
     NoCa { path: String },
     #[error("the webhook client CA {path} (--webhook-client-ca): {source}")]
     BadCa { path: String, source: rustls::Error },
-    #[error("cannot load the webhook's serving certificate: {0}")]
-    Serving(rustls::Error),
-    #[error("the webhook's serving key is not a PEM private key")]
-    Key,
+    #[error("the webhook's serving certificate: {0}")]
+    Serving(#[from] crate::tls::Error),
 }
 
 /// The TLS server configuration for `cert`/`key` (PEM), asking for client certificates as
 /// `callers` says.
 pub fn server_config(callers: &Callers, cert: &str, key: &str) -> Result<ServerConfig, Error> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
-        .filter_map(Result::ok)
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|_| Error::Key)?;
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(Error::Serving)?;
-    let mut config = match callers {
-        Callers::Anyone => builder.with_no_client_auth(),
-        Callers::Apiserver { ca, names } => {
-            let verifier = verifier(ca, names, provider)?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    }
-    .with_single_cert(chain, key)
-    .map_err(Error::Serving)?;
-    // The apiserver speaks HTTP/2 or HTTP/1.1 to webhooks; say both, as axum-server does.
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
+    let clients = match callers {
+        Callers::Anyone => None,
+        Callers::Apiserver { ca, names } => Some(verifier(ca, names, crate::tls::provider())?),
+    };
+    Ok(crate::tls::server_config(cert, key, clients)?)
 }
 
 fn verifier(

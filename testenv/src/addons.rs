@@ -69,6 +69,8 @@ pub struct Addons {
     // Stopped after Prometheus, which asks it.
     _discovery: Discovery,
     prometheus_url: String,
+    /// The bearer token Prometheus scrapes the operator with, written by whoever deploys it.
+    prometheus_token: PathBuf,
     collector: Collector,
     router: Router,
 }
@@ -163,7 +165,14 @@ impl Addons {
             .map_err(io_error("create the Prometheus folder"))?;
         let discovery = Discovery::start(inputs.admin_kubeconfig)?;
         let config = prometheus_dir.join("prometheus.yml");
-        write(&config, &prometheus_config(&discovery.url))?;
+        // Read at each scrape: empty (the operator refuses the scrape) until the operator
+        // is deployed and its reader role bound.
+        let prometheus_token = prometheus_dir.join("operator-token");
+        write(&prometheus_token, "")?;
+        write(
+            &config,
+            &prometheus_config(&discovery.url, &prometheus_token),
+        )?;
         let prometheus_url = format!("http://{NODE_IP}:{prometheus_port}");
         processes.push(Process::spawn(
             "prometheus",
@@ -266,6 +275,7 @@ impl Addons {
                 processes,
                 _discovery: discovery,
                 prometheus_url,
+                prometheus_token,
                 collector,
                 router,
             },
@@ -286,6 +296,12 @@ impl Addons {
     /// Prometheus's HTTP API, `http://NODE_IP:PORT`.
     pub fn prometheus_url(&self) -> &str {
         &self.prometheus_url
+    }
+
+    /// Where Prometheus reads the token it scrapes the operator with (a ServiceAccount's,
+    /// bound to `clair-operator-metrics-reader`), at each scrape.
+    pub fn prometheus_token_file(&self) -> &Path {
+        &self.prometheus_token
     }
 
     /// The trace collector's addresses.
@@ -481,19 +497,28 @@ exporters:
 /// Scrapes every pod port named `introspection` (Clair) or `metrics` (the operator) every
 /// 5 s, with the labels a Prometheus Operator ServiceMonitor gives (`namespace`, `pod`), from
 /// the harness's HTTP discovery at `discovery` (Debian's Prometheus is built without its
-/// Kubernetes discovery).
-fn prometheus_config(discovery: &str) -> String {
-    let job = |name: &str, port: &str, honor_labels: bool| {
+/// Kubernetes discovery). The operator over TLS with the token in `token`, as
+/// deploy/monitoring's ServiceMonitor scrapes it.
+fn prometheus_config(discovery: &str, token: &Path) -> String {
+    let job = |name: &str, port: &str, honor_labels: bool, secure: bool| {
+        let security = if secure {
+            format!(
+                "  scheme: https\n  tls_config:\n    insecure_skip_verify: true\n  authorization:\n    credentials_file: {}\n",
+                token.display()
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "- job_name: {name}\n  honor_labels: {honor_labels}\n  http_sd_configs:\n  - url: {discovery}/targets/{port}\n    refresh_interval: 5s\n"
+            "- job_name: {name}\n  honor_labels: {honor_labels}\n{security}  http_sd_configs:\n  - url: {discovery}/targets/{port}\n    refresh_interval: 5s\n"
         )
     };
     // The operator's series name the resources they describe by `namespace`: kept, as
     // deploy/monitoring's ServiceMonitor keeps them (`honorLabels`).
     format!(
         "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nscrape_configs:\n{}{}",
-        job("clair", "introspection", false),
-        job("clair-operator", "metrics", true)
+        job("clair", "introspection", false, false),
+        job("clair-operator", "metrics", true, true)
     )
 }
 

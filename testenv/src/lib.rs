@@ -20,6 +20,7 @@ mod postgres;
 mod process;
 pub mod quay;
 pub mod router;
+pub mod scrape;
 
 pub use addons::{Addons, Collector, cloudnative_pg_operand_image};
 pub use binaries::Binaries;

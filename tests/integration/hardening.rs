@@ -650,3 +650,116 @@ pub async fn a_managed_database_can_be_closed_to_all_but_its_clair(
     )
     .await
 }
+
+/// Whether `selector` (`matchLabels` and `In` expressions) selects `labels`.
+fn selects(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && selector.match_expressions.iter().flatten().all(|e| {
+            e.operator == "In"
+                && labels
+                    .get(&e.key)
+                    .is_some_and(|v| e.values.iter().flatten().any(|x| x == v))
+        })
+}
+
+/// `spec.networkPolicy` (issue 54 point 7): a NetworkPolicy over the Clair's service pods,
+/// selecting the labels their Deployments really give them, admitting the Clair's own pods
+/// and the named namespaces to the API and the monitoring namespaces to the introspection
+/// port; beside the database's policy, and pruned alone when the field goes. The harness's
+/// CNI enforces no policy: what it would admit is read from the objects.
+pub async fn a_clairs_services_can_be_closed_to_all_but_whom_it_names(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::api::Api;
+
+    let client = env.client().await?;
+    let ns = env.namespace("svc-policy").await?;
+    notifier_dropin(&client, &ns, "http://quay.example.com/notify").await?;
+    let spec = json!({
+        "database": {"managed": {"networkPolicy": true}},
+        "dropins": [{"configMap": {"name": "delivery", "key": "notifier.yaml"}}],
+        "networkPolicy": {"clients": ["quay"], "routers": ["openshift-ingress"]},
+    });
+    create_clair(&client, &ns, "clair", spec).await?;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    crate::support::eventually(
+        std::time::Duration::from_secs(90),
+        "the services' NetworkPolicy and the three Deployments",
+        || {
+            let (policies, deployments) = (policies.clone(), deployments.clone());
+            async move {
+                let mut all = policies.get_opt("clair-services").await?.is_some();
+                for name in ["clair-indexer", "clair-matcher", "clair-notifier"] {
+                    all &= deployments.get_opt(name).await?.is_some();
+                }
+                Ok(all)
+            }
+        },
+    )
+    .await?;
+    let policy = policies.get("clair-services").await?.spec.context("spec")?;
+    let covered = policy.pod_selector.clone().context("podSelector")?;
+    let ingress = policy.ingress.clone().context("ingress")?;
+    let api_peers = ingress[0].from.clone().context("from")?;
+    let own = api_peers[0].pod_selector.clone().context("own pods")?;
+    for name in ["clair-indexer", "clair-matcher", "clair-notifier"] {
+        let labels = deployments
+            .get(name)
+            .await?
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        ensure!(
+            selects(&covered, &labels),
+            "the policy does not cover {name}'s pods {labels:?}"
+        );
+        ensure!(selects(&own, &labels), "{name}'s pods may not call the API");
+    }
+    let callers = api_peers[1].namespace_selector.clone().context("callers")?;
+    let namespace = |name: &str| {
+        std::collections::BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_string(),
+            name.to_string(),
+        )])
+    };
+    ensure!(
+        selects(&callers, &namespace("quay")) && selects(&callers, &namespace("openshift-ingress"))
+    );
+    ensure!(
+        !selects(&callers, &namespace(&ns)),
+        "the namespace itself let in"
+    );
+    let scrapers = ingress[1].from.clone().context("scrapers")?[0]
+        .namespace_selector
+        .clone()
+        .context("monitoring")?;
+    ensure!(selects(&scrapers, &namespace("monitoring")));
+    // Switched off: the services' policy goes, the database's stays.
+    crate::support::clair::patch_spec(&client, &ns, "clair", json!({"networkPolicy": null}))
+        .await?;
+    crate::support::eventually(
+        std::time::Duration::from_secs(60),
+        "the services' NetworkPolicy gone",
+        || {
+            let policies = policies.clone();
+            async move { Ok(policies.get_opt("clair-services").await?.is_none()) }
+        },
+    )
+    .await?;
+    ensure!(
+        policies.get_opt("clair-database").await?.is_some(),
+        "the database's NetworkPolicy went with the services'"
+    );
+    Ok(())
+}

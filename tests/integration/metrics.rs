@@ -29,20 +29,92 @@ pub struct Sample {
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0";
 
-fn get(url: &str, accept: &str) -> anyhow::Result<(u16, String)> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into();
-    let mut response = agent.get(url).header("Accept", accept).call()?;
-    let status = response.status().as_u16();
-    Ok((status, response.body_mut().read_to_string()?))
+/// `GET url` as the tests' Prometheus scrapes: with the token of a ServiceAccount bound to
+/// deploy/base's `clair-operator-metrics-reader`.
+fn get(env: &TestEnv, url: &str, accept: &str) -> anyhow::Result<(u16, String)> {
+    Ok(clair_testenv::scrape::get(
+        url,
+        Some(&env.scraper_token()?),
+        accept,
+    )?)
+}
+
+/// The value of `clair_operator_metrics_scrape_refusals_total{reason}` in `text`.
+fn scrape_refusals(text: &str, reason: &str) -> anyhow::Result<f64> {
+    let series = format!("clair_operator_metrics_scrape_refusals_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .context(format!("no series {series}"))?
+        .trim()
+        .parse()
+        .context("a counter's value")
+}
+
+/// `/metrics` answers only a scraper the apiserver authenticates and authorizes (issue 54
+/// point 7): no token or a made-up one gets 401, a ServiceAccount without
+/// `clair-operator-metrics-reader` 403, one with it the metrics; plain HTTP gets nothing;
+/// each refusal is counted; the health endpoints answer without a token (the kubelet's
+/// probes carry none).
+pub async fn metrics_are_served_only_to_scrapers_the_apiserver_authorizes(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use clair_testenv::scrape;
+    let base = env.operator_metrics_url()?;
+    let url = format!("{base}/metrics");
+    let before = metrics_text(env)?;
+    let (status, body) = scrape::get(&url, None, OPENMETRICS)?;
+    ensure!(status == 401, "no token: {status} {body}");
+    let (status, body) = scrape::get(&url, Some("made-up.token.value"), OPENMETRICS)?;
+    ensure!(status == 401, "a made-up token: {status} {body}");
+    let nobody = env.token_of("metrics-nobody", None)?;
+    for _ in 0..2 {
+        let (status, body) = scrape::get(&url, Some(&nobody), OPENMETRICS)?;
+        ensure!(
+            status == 403 && body.contains("clair-operator-metrics-reader"),
+            "a ServiceAccount without the reader role: {status} {body}"
+        );
+        ensure!(
+            !body.contains("clair_operator_"),
+            "a refusal holds metrics: {body}"
+        );
+    }
+    let plain = base.replacen("https://", "http://", 1);
+    // The TLS server closes a plain request's connection: an error, or an answer without
+    // the metrics.
+    let plain_answer = scrape::get(
+        &format!("{plain}/metrics"),
+        Some(&env.scraper_token()?),
+        OPENMETRICS,
+    );
+    if let Ok((status, body)) = plain_answer {
+        ensure!(
+            !body.contains("clair_operator_"),
+            "plain HTTP got the metrics: {status}"
+        );
+    }
+    let after = metrics_text(env)?;
+    for (reason, expected) in [("unauthenticated", 2.0), ("forbidden", 2.0)] {
+        let counted = scrape_refusals(&after, reason)? - scrape_refusals(&before, reason)?;
+        ensure!(
+            counted == expected,
+            "{counted} {reason} refusals counted, where {expected} were made"
+        );
+    }
+    ensure!(
+        scrape_refusals(&after, "unavailable")? == 0.0,
+        "a scrape found the reviews unavailable"
+    );
+    for path in ["/healthz", "/readyz"] {
+        let (status, body) = scrape::get(&format!("{base}{path}"), None, "*/*")?;
+        ensure!(status == 200, "{path} without a token: {status} {body}");
+    }
+    Ok(())
 }
 
 /// The operator's metrics as Prometheus reads them (OpenMetrics text).
 pub fn metrics_text(env: &TestEnv) -> anyhow::Result<String> {
     let (status, text) = get(
+        env,
         &format!("{}/metrics", env.operator_metrics_url()?),
         OPENMETRICS,
     )?;
@@ -61,7 +133,7 @@ pub fn scrape(env: &TestEnv) -> anyhow::Result<Vec<Sample>> {
 /// Every family as the parser read it: name, type and samples.
 fn scrape_families(env: &TestEnv) -> anyhow::Result<Vec<(String, String, Vec<Sample>)>> {
     let url = format!("{}/metrics", env.operator_metrics_url()?);
-    let (status, text) = get(&url, OPENMETRICS)?;
+    let (status, text) = get(env, &url, OPENMETRICS)?;
     ensure!(status == 200, "GET /metrics: {status}: {text}");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/openmetrics/parse.py");
     let output = run_with_input(Command::new("/usr/bin/python3").arg(script), &text)
@@ -245,7 +317,7 @@ pub async fn metrics_match_the_cluster_and_pass_promtool(env: &TestEnv) -> anyho
 
     // The older text format passes promtool's checks.
     let url = env.operator_metrics_url()?;
-    let (status, text) = get(&format!("{url}/metrics"), "text/plain")?;
+    let (status, text) = get(env, &format!("{url}/metrics"), "text/plain")?;
     ensure!(status == 200, "GET /metrics as text: {status}");
     let promtool = run_with_input(Command::new("promtool").args(["check", "metrics"]), &text)
         .context("promtool (Debian package prometheus; scripts/install-deps installs it)")?;
@@ -255,9 +327,10 @@ pub async fn metrics_match_the_cluster_and_pass_promtool(env: &TestEnv) -> anyho
         String::from_utf8_lossy(&promtool.stdout),
         String::from_utf8_lossy(&promtool.stderr)
     );
+    // The kubelet probes them with no token.
     for path in ["/healthz", "/readyz"] {
         eventually(Duration::from_secs(30), path, || async {
-            let (status, body) = get(&format!("{url}{path}"), "*/*")?;
+            let (status, body) = clair_testenv::scrape::get(&format!("{url}{path}"), None, "*/*")?;
             ensure!(status == 200, "{path}: {status} {body}");
             Ok(true)
         })

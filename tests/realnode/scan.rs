@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::fixtures::{
     FIXED_VERSION, FixtureServer, Layer, NEW_VULNERABILITY, PACKAGE, VULNERABILITY,
-    VULNERABLE_VERSION, agent_within, alpine_layer, digest, psk_token, request, send,
+    VULNERABLE_VERSION, agent_within, alpine_layer, digest, psk_token, send,
 };
 use crate::quay::{self, Quay};
 use crate::support::clair::{
@@ -253,7 +253,11 @@ async fn an_updater_failure_is_reported(client: &Client, ns: &str) -> anyhow::Re
 
 /// After a successful run: `UpdatersReady=True`, and the operator's age metric of the data
 /// (scraped from its pod) is fresh.
-async fn an_updater_success_is_reported(client: &Client, ns: &str) -> anyhow::Result<()> {
+async fn an_updater_success_is_reported(
+    env: &TestEnv,
+    client: &Client,
+    ns: &str,
+) -> anyhow::Result<()> {
     let clair = wait_clair_within(
         Duration::from_secs(360),
         client,
@@ -286,12 +290,17 @@ async fn an_updater_success_is_reported(client: &Client, ns: &str) -> anyhow::Re
     let series = format!(
         "clair_operator_updater_last_success_age_seconds{{kind=\"Clair\",namespace=\"{ns}\",name=\"clair\"}}"
     );
+    // Scraped as Prometheus scrapes them: over TLS, with a token of the reader role.
+    let token = env.scraper_token()?;
     eventually(Duration::from_secs(60), "a fresh age of the data", || {
-        let (ips, series) = (ips.clone(), series.clone());
+        let (ips, series, token) = (ips.clone(), series.clone(), token.clone());
         async move {
             for ip in ips {
-                let (status, text) =
-                    request("GET", format!("http://{ip}:8080/metrics"), None, None).await?;
+                let (token, url) = (token.clone(), format!("https://{ip}:8080/metrics"));
+                let (status, text) = tokio::task::spawn_blocking(move || {
+                    clair_testenv::scrape::get(&url, Some(&token), "text/plain")
+                })
+                .await??;
                 ensure!(status == 200, "GET /metrics of {ip}: {status}");
                 if let Some(age) = text.lines().find_map(|l| l.strip_prefix(&series)) {
                     return Ok(age.trim().parse::<f64>()? < 600.0);
@@ -584,7 +593,7 @@ pub async fn a_clair_on_a_real_node_finds_a_known_vulnerability(
     // UpdatersReady turns True with fresh data.
     an_updater_failure_is_reported(&client, &ns).await?;
     run_updaters_now(env, &client, &ns).await?;
-    an_updater_success_is_reported(&client, &ns).await?;
+    an_updater_success_is_reported(env, &client, &ns).await?;
     let found = env.postgres.sql_in(
         &format!("{}_matcher", ns.replace('-', "_")),
         &format!("SELECT name FROM vuln WHERE name = '{VULNERABILITY}'"),

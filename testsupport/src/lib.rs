@@ -31,6 +31,8 @@ pub struct TestEnv {
     pub plane: ControlPlane,
     /// A real PostgreSQL on loopback, for the database tests.
     pub postgres: Postgres,
+    /// [`TestEnv::scraper_token`], once made.
+    scraper_token: std::sync::Mutex<Option<String>>,
 }
 
 /// The operator, run in this process on a thread of its own by [`launch::run`], as the
@@ -56,6 +58,8 @@ impl Operator {
         let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
         let settings = launch::Settings {
             metrics_listen: metrics,
+            // As deployed: TLS, a self-signed certificate, each scrape reviewed.
+            metrics: launch::MetricsSecurity::Secure { cert_dir: None },
             webhook: Some(webhook_settings(plane, webhook_port)),
             platform: platform(),
             namespaces: Vec::new(),
@@ -206,6 +210,7 @@ impl TestEnv {
             operator: None,
             plane,
             postgres,
+            scraper_token: Default::default(),
         };
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -290,7 +295,14 @@ impl TestEnv {
             operator,
             plane,
             postgres,
+            scraper_token: Default::default(),
         };
+        // The harness's Prometheus scrapes the in-cluster operator as a ServiceAccount bound
+        // to its reader role, as deploy/monitoring binds kube-prometheus's.
+        if let Some(addons) = env.plane.addons().filter(|_| in_cluster) {
+            let token = env.token_of("prometheus", Some("clair-operator-metrics-reader"))?;
+            std::fs::write(addons.prometheus_token_file(), token)?;
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -333,7 +345,86 @@ impl TestEnv {
             .operator
             .as_ref()
             .context("no operator runs in this test process")?;
-        Ok(format!("http://{}", operator.metrics))
+        Ok(format!("https://{}", operator.metrics))
+    }
+
+    /// A token of a ServiceAccount bound to deploy/base's `clair-operator-metrics-reader`,
+    /// made once (`clair-operator-tests/metrics-scraper`), valid six hours: what Prometheus
+    /// scrapes the operator with.
+    pub fn scraper_token(&self) -> anyhow::Result<String> {
+        let mut kept = self.scraper_token.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(token) = kept.as_ref() {
+            return Ok(token.clone());
+        }
+        let token = self.token_of("metrics-scraper", Some("clair-operator-metrics-reader"))?;
+        *kept = Some(token.clone());
+        Ok(token)
+    }
+
+    /// A token of the ServiceAccount `name` in `clair-operator-tests` (made if missing),
+    /// bound to the ClusterRole `role` if given.
+    pub fn token_of(&self, name: &str, role: Option<&str>) -> anyhow::Result<String> {
+        let mut objects = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: clair-operator-tests}}\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: clair-operator-tests}}\n"
+        );
+        if let Some(role) = role {
+            objects.push_str(&format!(
+                "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+                 metadata: {{name: tests-{name}}}\n\
+                 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\n\
+                 subjects: [{{kind: ServiceAccount, name: {name}, namespace: clair-operator-tests}}]\n"
+            ));
+        }
+        let mut apply = self
+            .kubectl("default")
+            .args(["apply", "--server-side", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        use std::io::Write as _;
+        apply
+            .stdin
+            .take()
+            .context("kubectl's stdin")?
+            .write_all(objects.as_bytes())?;
+        let applied = apply.wait_with_output()?;
+        anyhow::ensure!(
+            applied.status.success(),
+            "kubectl apply the ServiceAccount {name}: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        // The authorizer's cache takes the binding a moment later: wait for it, so no
+        // first scrape is refused (and the refusal kept).
+        if role.is_some() {
+            let user = format!("system:serviceaccount:clair-operator-tests:{name}");
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let can = self
+                    .kubectl("default")
+                    .args(["auth", "can-i", "get", "/metrics", "--as", &user])
+                    .output()?;
+                if can.status.success() {
+                    break;
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "{user} may not get /metrics 30 s after its binding"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        let token = self
+            .kubectl("clair-operator-tests")
+            .args(["create", "token", name, "--duration=6h"])
+            .output()?;
+        anyhow::ensure!(
+            token.status.success(),
+            "kubectl create token {name}: {}",
+            String::from_utf8_lossy(&token.stderr)
+        );
+        Ok(String::from_utf8(token.stdout)?.trim().to_string())
     }
 
     pub async fn client(&self) -> anyhow::Result<Client> {

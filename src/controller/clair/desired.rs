@@ -82,6 +82,20 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
     } else {
         Owned::at_least()
     };
+    // The services' policy beside the engines': kept when the engines are left alone, so
+    // a policy no longer asked for is pruned whatever the database.
+    let network_policies = if network_policies.prunes() {
+        network_policies
+    } else {
+        Owned::exactly().keep(db::network_policy_name(input))
+    }
+    .apply_some(
+        input
+            .spec
+            .network_policy
+            .as_ref()
+            .map(|asked| crate::render::policy::services(input, asked)),
+    );
     let (ingresses, routes, http_routes) = routing_objects(input, observed, actions.routing);
     ClairObjects {
         secrets,
