@@ -225,6 +225,9 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         "image.tag=0.2.0",
         "webhook.clientCA.secretName=apiserver-webhook-client-ca",
         "webhook.clientCA.names={kube-apiserver-webhook-client}",
+        "metrics.serviceMonitor.prometheusServiceAccount.name=prometheus-user-workload",
+        "metrics.serviceMonitor.prometheusServiceAccount.namespace=openshift-user-workload-monitoring",
+        "networkPolicy.metricsNamespaces={observability}",
     ];
     let rendered = match render("scanners", &options)? {
         Ok(text) => text,
@@ -245,6 +248,9 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
         ("RoleBinding", "team-b", "clair-operator-watched"),
         ("RoleBinding", "scanners", "clair-operator"),
         ("ClusterRoleBinding", "", "clair-operator-cluster"),
+        ("ClusterRoleBinding", "", "clair-operator-metrics-reader"),
+        ("ClusterRole", "", "clair-operator-metrics-reader"),
+        ("NetworkPolicy", "scanners", "clair-operator"),
     ] {
         ensure!(has(kind, ns, name), "no {kind} {ns}/{name} in:\n{rendered}");
     }
@@ -347,6 +353,54 @@ pub async fn the_charts_options_render_what_they_promise(_: &TestEnv) -> anyhow:
     ensure!(
         certificate["spec"]["dnsNames"][0] == "clair-operator-webhook.scanners.svc",
         "{certificate}"
+    );
+    // The scraper bound is the one named; the metrics port admits the namespaces named.
+    let reader = &objects[&(
+        "ClusterRoleBinding".to_string(),
+        String::new(),
+        "clair-operator-metrics-reader".to_string(),
+    )];
+    ensure!(
+        reader["subjects"][0]["name"] == "prometheus-user-workload"
+            && reader["subjects"][0]["namespace"] == "openshift-user-workload-monitoring",
+        "{reader}"
+    );
+    let policy = &objects[&(
+        "NetworkPolicy".to_string(),
+        "scanners".to_string(),
+        "clair-operator".to_string(),
+    )];
+    ensure!(
+        policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
+            == serde_json::json!(["observability"]),
+        "{policy}"
+    );
+    // Switched off: no policy; plain HTTP metrics probed over HTTP.
+    let plain = match render(
+        "scanners",
+        &["networkPolicy.enabled=false", "metrics.insecure=true"],
+    )? {
+        Ok(text) => by_key(documents(&text)?, "scanners"),
+        Err(e) => bail!("helm template with the policy off: {e}"),
+    };
+    ensure!(
+        !plain.contains_key(&(
+            "NetworkPolicy".to_string(),
+            "scanners".to_string(),
+            "clair-operator".to_string()
+        )),
+        "networkPolicy.enabled=false rendered the policy"
+    );
+    let container = &plain[&(
+        "Deployment".to_string(),
+        "scanners".to_string(),
+        "clair-operator".to_string(),
+    )]["spec"]["template"]["spec"]["containers"][0];
+    ensure!(
+        container["args"].to_string().contains("--metrics-insecure")
+            && container["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+            && container["livenessProbe"]["httpGet"]["scheme"] == "HTTP",
+        "{container}"
     );
     // A bad option fails, naming itself.
     match render("scanners", &["webhook.certificate=bogus"])? {

@@ -365,7 +365,7 @@ impl TestEnv {
     /// bound to the ClusterRole `role` if given.
     pub fn token_of(&self, name: &str, role: Option<&str>) -> anyhow::Result<String> {
         let mut objects = format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: clair-operator-tests}}\n---\n\
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: clair-operator-tests, labels: {{clair-operator-tests: \"true\"}}}}\n---\n\
              apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: clair-operator-tests}}\n"
         );
         if let Some(role) = role {
@@ -377,7 +377,8 @@ impl TestEnv {
             ));
         }
         let mut apply = self
-            .kubectl("default")
+            .plane
+            .kubectl()
             .args(["apply", "--server-side", "-f", "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
