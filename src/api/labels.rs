@@ -55,3 +55,64 @@ pub fn to_selector_string(labels: &BTreeMap<String, String>) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+/// Whether `selector` selects an object labelled `labels`, as the apiserver matches them:
+/// every `matchLabels` entry, and every expression (`In`, `NotIn`, `Exists`,
+/// `DoesNotExist`; an unknown operator selects nothing).
+pub fn selects(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let matched = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    matched
+        && selector.match_expressions.iter().flatten().all(|e| {
+            let value = labels.get(&e.key);
+            let listed = || value.is_some_and(|v| e.values.iter().flatten().any(|x| x == v));
+            match e.operator.as_str() {
+                "In" => listed(),
+                "NotIn" => !listed(),
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                _ => false,
+            }
+        })
+}
+
+#[cfg(test)]
+mod selects_tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    #[test]
+    fn a_selector_matches_as_the_apiserver_does() {
+        let labels = BTreeMap::from([
+            ("a".to_string(), "1".to_string()),
+            ("b".to_string(), "2".to_string()),
+        ]);
+        let expression = |key: &str, operator: &str, values: &[&str]| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: key.to_string(),
+                operator: operator.to_string(),
+                values: Some(values.iter().map(|v| v.to_string()).collect()),
+            }]),
+            ..Default::default()
+        };
+        assert!(selects(&LabelSelector::default(), &labels));
+        assert!(selects(&expression("a", "In", &["1", "3"]), &labels));
+        assert!(!selects(&expression("a", "In", &["3"]), &labels));
+        assert!(selects(&expression("a", "NotIn", &["3"]), &labels));
+        assert!(selects(&expression("c", "NotIn", &["3"]), &labels));
+        assert!(selects(&expression("b", "Exists", &[]), &labels));
+        assert!(!selects(&expression("b", "DoesNotExist", &[]), &labels));
+        assert!(!selects(&expression("a", "Gt", &["0"]), &labels));
+        let matching = LabelSelector {
+            match_labels: Some(BTreeMap::from([("a".to_string(), "2".to_string())])),
+            ..Default::default()
+        };
+        assert!(!selects(&matching, &labels));
+    }
+}

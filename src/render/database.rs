@@ -488,13 +488,38 @@ mod tests {
         let rule = &policy.ingress.unwrap()[0];
         let peer = rule.from.as_ref().unwrap()[0].pod_selector.clone().unwrap();
         assert_eq!(
-            peer.match_expressions.unwrap()[0].values.clone().unwrap(),
+            peer.match_expressions.clone().unwrap()[0]
+                .values
+                .clone()
+                .unwrap(),
             ["clair", "clair-indexer", "clair-matcher", "clair-notifier"]
         );
         assert_eq!(
             rule.ports.as_ref().unwrap()[0].port,
             Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(PORT))
         );
+        // It covers the engines' pods, and lets in the labels the service controller gives
+        // the services' pods and the updaters' (not another Clair's).
+        let engine = &engines(&input, &ManagedDatabase::default())[0];
+        let engine_pods = statefulset(&input, &ManagedDatabase::default(), engine)
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap();
+        let covered = network_policy(&input).spec.unwrap().pod_selector.unwrap();
+        assert!(labels::selects(&covered, &engine_pods));
+        for kind in ServiceKind::VARIANTS {
+            let pods = labels::selector(&input.child_name(*kind), kind.as_str());
+            assert!(labels::selects(&peer, &pods), "{kind:?}");
+        }
+        assert!(labels::selects(&peer, &labels::all(input.name, "updaters")));
+        assert!(!labels::selects(
+            &peer,
+            &labels::selector("other-indexer", "indexer")
+        ));
     }
     use crate::api::ClairSpec;
 

@@ -113,22 +113,7 @@ mod tests {
     use super::*;
     use crate::api::ClairSpec;
 
-    /// Whether `selector` selects an object labelled `labels` (`In` and `matchLabels` only,
-    /// what the policy uses).
-    fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-        let matched = selector
-            .match_labels
-            .iter()
-            .flatten()
-            .all(|(k, v)| labels.get(k) == Some(v));
-        let expressed = selector.match_expressions.iter().flatten().all(|e| {
-            assert_eq!(e.operator, "In");
-            labels
-                .get(&e.key)
-                .is_some_and(|v| e.values.iter().flatten().any(|x| x == v))
-        });
-        matched && expressed
-    }
+    use crate::api::labels::selects;
 
     /// The labels the service controller gives a service's pods (`deployment.rs`).
     fn pod_labels(input: &ClairInput, kind: ServiceKind) -> BTreeMap<String, String> {

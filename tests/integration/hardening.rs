@@ -430,6 +430,8 @@ pub async fn names_that_cannot_be_derived_are_refused_and_nothing_is_adopted(
     }
     let fine = env.kubectl_run(&ns, &create, Some(&clair(&"c".repeat(43), false)))?;
     ensure!(fine.success, "{}", fine.stderr);
+    // A valid config, so the Indexer goes on to write its Service (and meets the guard).
+    crate::services::config_map(env, &ns, "cfg", crate::services::CONFIG).await?;
     let indexer = |name: &str| {
         format!(
             "apiVersion: clair.projectquay.io/v1alpha1\nkind: Indexer\nmetadata:\n  name: {name}\nspec:\n  config:\n    root:\n      configMap: {{name: cfg, key: config.yaml}}\n"
@@ -449,7 +451,18 @@ pub async fn names_that_cannot_be_derived_are_refused_and_nothing_is_adopted(
     );
     let created = env.kubectl_run(&ns, &["create", "-f", "-"], Some(&indexer("taken")))?;
     ensure!(created.success, "{}", created.stderr);
-    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    // The reconcile that met the Service says so on the Indexer.
+    crate::support::eventually(
+        std::time::Duration::from_secs(60),
+        "a Warning that the Service is not the Indexer's",
+        || async {
+            let notes = crate::services::event_notes(env, &ns, "taken").await?;
+            Ok(notes
+                .iter()
+                .any(|n| n.contains("Service taken exists and is not this resource's")))
+        },
+    )
+    .await?;
     let service = kube::Api::<Service>::namespaced(env.client().await?, &ns)
         .get("taken")
         .await?;
@@ -632,6 +645,31 @@ pub async fn a_managed_database_can_be_closed_to_all_but_its_clair(
         instances == ["clair", "clair-indexer", "clair-matcher", "clair-notifier"],
         "{instances:?}"
     );
+    // The policy covers the engine's real pods (their StatefulSet's template labels).
+    let engine = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns);
+    crate::support::eventually(
+        std::time::Duration::from_secs(60),
+        "the engine's StatefulSet",
+        || {
+            let engine = engine.clone();
+            async move { Ok(engine.get_opt("clair-database").await?.is_some()) }
+        },
+    )
+    .await?;
+    let engine_labels = engine
+        .get("clair-database")
+        .await?
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.labels)
+        .unwrap_or_default();
+    ensure!(
+        selects(
+            &policy.pod_selector.clone().context("podSelector")?,
+            &engine_labels
+        ),
+        "the policy does not cover the engine's pods {engine_labels:?}"
+    );
     // Switched off: the policy goes.
     crate::support::clair::patch_spec(
         &client,
@@ -651,23 +689,7 @@ pub async fn a_managed_database_can_be_closed_to_all_but_its_clair(
     .await
 }
 
-/// Whether `selector` (`matchLabels` and `In` expressions) selects `labels`.
-fn selects(
-    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v))
-        && selector.match_expressions.iter().flatten().all(|e| {
-            e.operator == "In"
-                && labels
-                    .get(&e.key)
-                    .is_some_and(|v| e.values.iter().flatten().any(|x| x == v))
-        })
-}
+use clair_operator::api::labels::selects;
 
 /// `spec.networkPolicy` (issue 54 point 7): a NetworkPolicy over the Clair's service pods,
 /// selecting the labels their Deployments really give them, admitting the Clair's own pods

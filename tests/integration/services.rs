@@ -23,14 +23,19 @@ use crate::support::{
     FIELD_MANAGER, TestEnv, eventually, operator_requests, operator_writes, request_line,
 };
 
-const CONFIG: &str = "http_listen_addr: \":6060\"\nlog_level: info\nindexer:\n  connstring: host=db\nmatcher:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\nnotifier:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\n  matcher_addr: http://matcher:6060\n";
+pub(crate) const CONFIG: &str = "http_listen_addr: \":6060\"\nlog_level: info\nindexer:\n  connstring: host=db\nmatcher:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\nnotifier:\n  connstring: host=db\n  indexer_addr: http://indexer:6060\n  matcher_addr: http://matcher:6060\n";
 const LONG: Duration = Duration::from_secs(90);
 
 fn selector(name: &str) -> String {
     format!("app.kubernetes.io/instance={name}")
 }
 
-async fn config_map(env: &TestEnv, ns: &str, name: &str, text: &str) -> anyhow::Result<()> {
+pub(crate) async fn config_map(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    text: &str,
+) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(env.client().await?, ns);
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"config.yaml": text}});
     api.patch(
@@ -155,7 +160,11 @@ async fn hold_new_pods(env: &TestEnv, ns: &str) -> anyhow::Result<Api<ResourceQu
     Ok(quotas)
 }
 
-async fn event_notes(env: &TestEnv, ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn event_notes(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Vec<String>> {
     let api: Api<Event> = Api::namespaced(env.client().await?, ns);
     Ok(api
         .list(&ListParams::default())
