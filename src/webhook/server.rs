@@ -50,9 +50,9 @@ impl Shared {
         Shares::new(CONCURRENT_REVIEWS)
     }
 
-    /// The body bytes a server's handlers share.
+    /// The body bytes a server's handlers share; one peer holds at most half of them.
     pub fn bytes() -> std::sync::Arc<Shares> {
-        Shares::new(BODY_BUDGET)
+        Shares::capped(BODY_BUDGET, BODY_BUDGET / 2)
     }
 }
 

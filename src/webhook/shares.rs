@@ -1,7 +1,8 @@
 //! A capacity shared fairly among peers: the server's turns to decide a review, and the
 //! bytes of request bodies it holds at once. A caller waits for what it asks; whatever is
 //! given back goes to the waiting caller whose peer holds the least, so a peer that sends
-//! many requests (or large ones) cannot keep another's waiting behind them.
+//! many requests (or large ones) cannot keep another's waiting behind them; and one peer
+//! holds at most its cap, so slow senders of one peer cannot hold all of it meanwhile.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,8 @@ use super::limits::Peer;
 #[derive(Debug)]
 pub struct Shares {
     capacity: usize,
+    /// What one peer may hold at once.
+    per_peer: usize,
     state: Mutex<State>,
 }
 
@@ -43,8 +46,14 @@ pub struct Share {
 
 impl Shares {
     pub fn new(capacity: usize) -> Arc<Self> {
+        Self::capped(capacity, capacity)
+    }
+
+    /// `capacity` units of which one peer holds at most `per_peer`.
+    pub fn capped(capacity: usize, per_peer: usize) -> Arc<Self> {
         Arc::new(Self {
             capacity,
+            per_peer: per_peer.clamp(1, capacity.max(1)),
             state: Mutex::new(State {
                 free: capacity,
                 held: HashMap::new(),
@@ -58,10 +67,11 @@ impl Shares {
         self.capacity
     }
 
-    /// `units` for `peer` (at most the whole capacity), once they are free and no waiting
-    /// peer holds less. A caller that stops waiting (its future dropped) gives up its place.
+    /// `units` for `peer` (at most a peer's cap), once they are free, its peer would hold
+    /// no more than its cap, and no waiting peer holds less. A caller that stops waiting
+    /// (its future dropped) gives up its place.
     pub async fn take(self: &Arc<Self>, peer: Peer, units: usize) -> Share {
-        let units = units.clamp(1, self.capacity.max(1));
+        let units = units.clamp(1, self.per_peer);
         let (grant, granted) = oneshot::channel();
         let waiting = {
             let mut state = self.lock();
@@ -97,16 +107,20 @@ impl Shares {
     }
 
     /// Gives free units to waiters, the one whose peer holds least first (the earliest among
-    /// equals); stops at the first that does not fit, so a large request is not passed over
-    /// for ever.
+    /// equals), passing over those whose peer is at its cap; stops at the first that does
+    /// not fit, so a large request is not passed over for ever.
     fn grant(self: &Arc<Self>, state: &mut State) {
         loop {
             state.waiting.retain(|w| !w.grant.is_closed());
             let held = &state.held;
-            let Some(next) = (0..state.waiting.len()).min_by_key(|&i| {
-                let waiter = &state.waiting[i];
-                (held.get(&waiter.peer).copied().unwrap_or(0), waiter.arrival)
-            }) else {
+            let holds = |peer: &Peer| held.get(peer).copied().unwrap_or(0);
+            let Some(next) = (0..state.waiting.len())
+                .filter(|&i| {
+                    let waiter = &state.waiting[i];
+                    holds(&waiter.peer) + waiter.units <= self.per_peer
+                })
+                .min_by_key(|&i| (holds(&state.waiting[i].peer), state.waiting[i].arrival))
+            else {
                 return;
             };
             if state.waiting[next].units > state.free {
@@ -216,6 +230,31 @@ mod tests {
         let next = ready(&mut queued[0]).await.expect("the attacker's first");
         assert!(ready(&mut queued[1]).await.is_none());
         drop(next);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_peer_holds_at_most_its_cap_and_another_gets_the_rest() {
+        let bytes = Shares::capped(100, 50);
+        let slow = peer(9);
+        let first = bytes.take(slow, 30).await;
+        // More of the same peer waits, though 70 are free: 30 + 30 is over its 50.
+        let mut second = Box::pin(bytes.take(slow, 30));
+        assert!(ready(&mut second).await.is_none());
+        // Another peer is not kept behind it.
+        let other = ready(&mut Box::pin(bytes.take(peer(1), 50)))
+            .await
+            .expect("the other peer's 50 fit beside the slow peer's 30");
+        assert_eq!(bytes.held(peer(1)), 50);
+        drop(other);
+        assert!(ready(&mut second).await.is_none(), "still over its cap");
+        drop(first);
+        let _second = ready(&mut second).await.expect("within its cap again");
+        // One ask over the cap is the cap.
+        assert_eq!(bytes.held(slow), 30);
+        let _most = ready(&mut Box::pin(bytes.take(peer(2), 1000)))
+            .await
+            .expect("a peer's cap");
+        assert_eq!(bytes.held(peer(2)), 50);
     }
 
     #[tokio::test(start_paused = true)]
