@@ -748,9 +748,22 @@ fn every_phase_and_every_reason_has_its_runbook_entry() {
 }
 
 #[test]
-fn reasons_are_listed_once_each() {
-    let unique: HashSet<Reason> = Reason::VARIANTS.iter().copied().collect();
-    assert_eq!(unique.len(), Reason::VARIANTS.len());
+fn reasons_are_camel_case_and_named_once_each() {
+    // By their names, as conditions and Events carry them: a renamed variant
+    // (`#[strum(serialize = ...)]`) that takes another's name fails here.
+    let names: HashSet<&str> = Reason::VARIANTS.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        names.len(),
+        Reason::VARIANTS.len(),
+        "two reasons share a name"
+    );
+    for name in names {
+        assert!(
+            name.starts_with(|c: char| c.is_ascii_uppercase())
+                && name.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{name:?} is not CamelCase"
+        );
+    }
 }
 
 fn clair_actions(

@@ -66,6 +66,19 @@ pub fn main(
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     let mut failed = conclusion.has_failed();
+    // Never left out silently: a filtered or failed run says which checks it did not make.
+    if !whole_suite || failed {
+        let why = if whole_suite {
+            "a test failed"
+        } else {
+            "the run was filtered"
+        };
+        for (name, _) in after {
+            println!(
+                "after the suite: {name} ... not run ({why}; it holds only over the whole suite)"
+            );
+        }
+    }
     if whole_suite && !failed {
         for (name, check) in after {
             match check(&env) {
