@@ -21,9 +21,7 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::clair::{ClairInput, ConnStrings};
 use super::cloudnative_pg;
@@ -223,9 +221,6 @@ pub fn network_policy_name(input: &ClairInput) -> String {
 /// The NetworkPolicy that lets only the `Clair`'s own pods reach its engines: its service
 /// resources' pods (`NAME-indexer`, ...), and its updater and upgrade pods (`NAME`).
 pub fn network_policy(input: &ClairInput) -> NetworkPolicy {
-    let clients: Vec<String> = std::iter::once(input.name.to_string())
-        .chain(ServiceKind::VARIANTS.iter().map(|k| input.child_name(*k)))
-        .collect();
     NetworkPolicy {
         metadata: input.metadata(network_policy_name(input), COMPONENT),
         spec: Some(NetworkPolicySpec {
@@ -236,17 +231,7 @@ pub fn network_policy(input: &ClairInput) -> NetworkPolicy {
             policy_types: Some(vec!["Ingress".to_string()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
                 from: Some(vec![NetworkPolicyPeer {
-                    pod_selector: Some(LabelSelector {
-                        match_labels: Some(BTreeMap::from([(
-                            labels::NAME.to_string(),
-                            "clair".to_string(),
-                        )])),
-                        match_expressions: Some(vec![LabelSelectorRequirement {
-                            key: labels::INSTANCE.to_string(),
-                            operator: "In".to_string(),
-                            values: Some(clients),
-                        }]),
-                    }),
+                    pod_selector: Some(super::policy::own_pods(input)),
                     ..Default::default()
                 }]),
                 ports: Some(vec![NetworkPolicyPort {

@@ -26,6 +26,16 @@ pub fn name(input: &ClairInput) -> String {
     format!("{}-{COMPONENT}", input.name)
 }
 
+/// The Clair's own pods: its services' (`NAME-indexer`, ...) and its updaters' and upgrade
+/// steps' (`NAME`).
+pub fn own_pods(input: &ClairInput) -> LabelSelector {
+    clair_pods(
+        std::iter::once(input.name.to_string())
+            .chain(ServiceKind::VARIANTS.iter().map(|k| input.child_name(*k)))
+            .collect(),
+    )
+}
+
 /// Pods labelled `app.kubernetes.io/name=clair` whose instance is one of `instances`.
 fn clair_pods(instances: Vec<String>) -> LabelSelector {
     LabelSelector {
@@ -70,11 +80,8 @@ pub fn services(input: &ClairInput, policy: &ServicesNetworkPolicy) -> NetworkPo
         .iter()
         .map(|k| input.child_name(*k))
         .collect();
-    let own: Vec<String> = std::iter::once(input.name.to_string())
-        .chain(services.iter().cloned())
-        .collect();
     let mut api_from = vec![NetworkPolicyPeer {
-        pod_selector: Some(clair_pods(own)),
+        pod_selector: Some(own_pods(input)),
         ..Default::default()
     }];
     let callers: Vec<String> = policy

@@ -4,6 +4,7 @@
 
 use anyhow::{Context, ensure};
 use clair_operator::api::Phase;
+use clair_operator::api::labels::selects;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::{Value, json};
 
@@ -688,8 +689,6 @@ pub async fn a_managed_database_can_be_closed_to_all_but_its_clair(
     )
     .await
 }
-
-use clair_operator::api::labels::selects;
 
 /// `spec.networkPolicy` (issue 54 point 7): a NetworkPolicy over the Clair's service pods,
 /// selecting the labels their Deployments really give them, admitting the Clair's own pods
