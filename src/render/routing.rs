@@ -98,6 +98,12 @@ pub const NGINX_READ_TIMEOUT: &str = "nginx.ingress.kubernetes.io/proxy-read-tim
 pub const NGINX_SEND_TIMEOUT: &str = "nginx.ingress.kubernetes.io/proxy-send-timeout";
 /// The OpenShift router's server timeout, with a unit.
 pub const OPENSHIFT_TIMEOUT: &str = "haproxy.router.openshift.io/timeout";
+/// The OpenShift router pins a client to one pod by a session cookie unless told not to,
+/// and Quay's client (a `requests.Session`) keeps cookies: every request of a Quay worker
+/// would reach one indexer. quay.io's indexer Route sets both (docs/autoscaling.md,
+/// "Traffic to every pod").
+pub const OPENSHIFT_DISABLE_COOKIES: &str = "haproxy.router.openshift.io/disable_cookies";
+pub const OPENSHIFT_BALANCE: &str = "haproxy.router.openshift.io/balance";
 
 pub fn ingress_name(input: &ClairInput) -> String {
     input.name.to_string()
@@ -156,10 +162,14 @@ pub fn routes(input: &ClairInput, routing: &RoutingSpec) -> Vec<DynamicObject> {
         .map(|(path, service)| {
             let mut object = DynamicObject::new(&service, &resource);
             object.metadata = input.metadata(service.clone(), "routing");
-            object.metadata.annotations = Some(BTreeMap::from([(
-                OPENSHIFT_TIMEOUT.to_string(),
-                format!("{REQUEST_TIMEOUT_SECONDS}s"),
-            )]));
+            object.metadata.annotations = Some(BTreeMap::from([
+                (
+                    OPENSHIFT_TIMEOUT.to_string(),
+                    format!("{REQUEST_TIMEOUT_SECONDS}s"),
+                ),
+                (OPENSHIFT_DISABLE_COOKIES.to_string(), "true".to_string()),
+                (OPENSHIFT_BALANCE.to_string(), "roundrobin".to_string()),
+            ]));
             let mut spec = json!({
                 "path": path.trim_end_matches('/'),
                 "to": {"kind": "Service", "name": service, "weight": 100},
@@ -316,11 +326,13 @@ mod tests {
         let routes = routes(&input(&spec), &r);
         assert_eq!(routes.len(), 3);
         assert_eq!(routes[1].data["spec"]["path"], "/matcher");
-        assert!(
-            routes
-                .iter()
-                .all(|r| { r.metadata.annotations.as_ref().unwrap()[OPENSHIFT_TIMEOUT] == "600s" })
-        );
+        for route in &routes {
+            let annotations = route.metadata.annotations.as_ref().unwrap();
+            assert_eq!(annotations[OPENSHIFT_TIMEOUT], "600s");
+            // No session cookie pins a Quay worker to one pod; each request balanced.
+            assert_eq!(annotations[OPENSHIFT_DISABLE_COOKIES], "true");
+            assert_eq!(annotations[OPENSHIFT_BALANCE], "roundrobin");
+        }
         assert_eq!(
             routes[1].data["spec"]["tls"]["externalCertificate"]["name"],
             "clair-tls"
