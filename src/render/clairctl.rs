@@ -259,6 +259,9 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
                 .clone()
                 .unwrap_or_else(|| "0 */6 * * *".to_string()),
             concurrency_policy: Some("Forbid".to_string()),
+            // A run the controller missed (it was down, or the last run still ran) starts
+            // within this of its time or not at all: never hours late, into the next one.
+            starting_deadline_seconds: Some(UPDATER_STARTING_DEADLINE_SECONDS),
             successful_jobs_history_limit: Some(3),
             failed_jobs_history_limit: Some(3),
             job_template: JobTemplateSpec {
@@ -277,6 +280,9 @@ pub fn updater_cronjob(input: &ClairInput) -> Option<CronJob> {
         ..Default::default()
     })
 }
+
+/// How late an updater run may start (docs/decisions.md, "Updater runs").
+pub const UPDATER_STARTING_DEADLINE_SECONDS: i64 = 3600;
 
 /// How long an upgrade step may run unless the spec says otherwise.
 pub const UPGRADE_STEP_TIMEOUT_SECONDS: i64 = 6 * 3600;
@@ -399,16 +405,11 @@ mod tests {
             updater_command(&input),
             "mkdir -p \"$(dirname '/export/out/updates.json.zst')\" && clairctl --config /config/config.yaml export-updaters --strict '/export/out/updates.json.zst.partial' && mv -f '/export/out/updates.json.zst.partial' '/export/out/updates.json.zst'"
         );
-        let pod = updater_cronjob(&input)
-            .unwrap()
-            .spec
-            .unwrap()
-            .job_template
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let cronjob = updater_cronjob(&input).unwrap().spec.unwrap();
+        // A missed run starts within the hour or waits for the next.
+        assert_eq!(cronjob.starting_deadline_seconds, Some(3600));
+        assert_eq!(cronjob.concurrency_policy.as_deref(), Some("Forbid"));
+        let pod = cronjob.job_template.spec.unwrap().template.spec.unwrap();
         let claim = pod
             .volumes
             .unwrap()

@@ -82,8 +82,9 @@ pub fn objects(input: &ClairInput, observed: &Observed, actions: &ClairActions) 
     } else {
         Owned::at_least()
     };
-    // The services' policy beside the engines': kept when the engines are left alone, so
-    // a policy no longer asked for is pruned whatever the database.
+    // The services' policy beside the engines'. Engines left alone keep their policy by
+    // name and nothing else, so a services policy no longer asked for goes whatever the
+    // database.
     let network_policies = if network_policies.prunes() {
         network_policies
     } else {
