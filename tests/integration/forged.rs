@@ -193,8 +193,27 @@ impl OpenWebhook {
         path: &str,
         review: &str,
     ) -> anyhow::Result<String> {
+        self.post_counted(
+            sender,
+            path,
+            review,
+            &std::sync::atomic::AtomicUsize::new(0),
+        )
+        .await
+    }
+
+    /// [`Self::post`], counting in `attempts` each time the review is sent (a connection
+    /// refused or an answer not come within 10 s is sent again).
+    async fn post_counted(
+        &self,
+        sender: https::Sender,
+        path: &str,
+        review: &str,
+        attempts: &std::sync::atomic::AtomicUsize,
+    ) -> anyhow::Result<String> {
         let mut answer = Answer::Refused(String::new());
         for _ in 0..50 {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             answer = https::post_as(
                 sender,
                 self.address,
@@ -344,12 +363,13 @@ pub async fn a_forged_flood_is_refused_before_any_access_review(
             refused
         }));
         let within = forged::resource_review_naming(&ns, 16);
+        let attempts = std::sync::atomic::AtomicUsize::new(0);
         let legitimate = async {
             let mut answered = Vec::new();
             for _ in 0..5 {
                 let start = std::time::Instant::now();
                 let answer = webhook
-                    .post(https::Sender::default(), VALIDATE_RESOURCE_PATH, &within)
+                    .post_counted(https::Sender::default(), VALIDATE_RESOURCE_PATH, &within, &attempts)
                     .await?;
                 ensure!(
                     answer.contains("\"allowed\":true"),
@@ -366,15 +386,20 @@ pub async fn a_forged_flood_is_refused_before_any_access_review(
             "forged flood: {refused} of 160 refused for the CRD's bound; reviews within it answered in {answered:?}"
         );
         ensure!(refused == 160, "only {refused} of the 160 forged reviews were refused for the bound");
-        // Access reviews: 16 for each review within the bounds, none for the others.
+        // Access reviews: 16 for each review within the bounds, none for the others. A review
+        // whose answer did not come within the client's 10 s on a loaded machine is sent
+        // again, its first attempt's reviews made too (once seen: 90 for 5 reviews): at most
+        // 16 for each attempt, exactly 80 when none was sent again.
+        let attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
         let reviews = crate::support::audited_since(env, since, |entry| {
             entry["impersonatedUser"]["username"] == USER
                 && entry["objectRef"]["resource"] == "subjectaccessreviews"
         })?;
         ensure!(
-            reviews.len() == 5 * 16,
-            "{} access reviews made, where the 5 reviews within the bounds make 80 and the 161 over them none",
-            reviews.len()
+            reviews.len() >= 5 * 16 && reviews.len() <= attempts * 16,
+            "{} access reviews made, where the 5 reviews within the bounds ({attempts} attempts) make 80 to {} and the 161 over them none",
+            reviews.len(),
+            attempts * 16
         );
         Ok(())
     }
